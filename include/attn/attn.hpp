@@ -1,0 +1,15 @@
+#pragma once
+/// Umbrella header.
+#include "attn/backend.hpp"
+#include "attn/capabilities.hpp"
+#include "attn/error.hpp"
+#include "attn/kv_cache.hpp"
+#include "attn/layer_config.hpp"
+#include "attn/metadata.hpp"
+#include "attn/model.hpp"
+#include "attn/numeric.hpp"
+#include "attn/platform.hpp"
+#include "attn/registry.hpp"
+#include "attn/selector.hpp"
+#include "attn/tensor.hpp"
+#include "attn/types.hpp"

@@ -1,0 +1,76 @@
+#pragma once
+/// Capabilities as data: what a backend can serve. One generic checker (select/checker.cpp)
+/// turns Capabilities × LayerConfig × Platform into Reasons, in a fixed order.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/layer_config.hpp"
+#include "attn/platform.hpp"
+#include "attn/types.hpp"
+
+namespace attn {
+
+/// Why a backend cannot serve a layer: `field` (a LayerConfig or platform field),
+/// `value` (what the layer has), `expected` (what the backend supports).
+struct Reason {
+  std::string field;
+  std::string value;
+  std::string expected;
+  bool operator==(const Reason&) const = default;
+  std::string to_string() const;  // "head_size=72 not supported (expected: one of 64, 128, 256)"
+};
+
+/// A rule over integer sizes (head sizes, block sizes).
+struct SizeRule {
+  enum class Kind { any, one_of, range, multiple_of };
+  Kind kind = Kind::any;
+  std::vector<int> values;  // one_of: the set; multiple_of: the allowed bases (any one divides)
+  int lo = 0, hi = 0, step = 1;  // range: lo <= x <= hi and (x - lo) % step == 0
+
+  static SizeRule any() { return {}; }
+  static SizeRule one_of(std::vector<int> v) { return {Kind::one_of, std::move(v)}; }
+  static SizeRule range(int lo, int hi, int step) { return {Kind::range, {}, lo, hi, step}; }
+  static SizeRule multiple_of(std::vector<int> bases) { return {Kind::multiple_of, std::move(bases)}; }
+  /// range ∪ extra values
+  SizeRule plus(std::vector<int> extra) const;
+  std::vector<int> extra;
+
+  bool allows(int x) const;
+  std::string describe() const;  // "any", "one of 64, 128, 256", "32..256 step 8", "a multiple of 16"
+};
+
+struct Capabilities {
+  std::vector<PlatformKind> platforms{PlatformKind::cpu};
+  std::vector<CpuFeature> required_cpu_features;   // all required (cpu platform)
+  std::optional<ComputeCapability> min_cc, max_cc;  // cuda platform
+  std::vector<DType> dtypes{DType::float16, DType::bfloat16};
+  std::vector<KVCacheDType> kv_cache_dtypes{KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16};
+  SizeRule head_sizes;
+  SizeRule block_sizes;
+  bool distinct_head_size_v = false;  // head_size_v may differ from head_size
+  bool mla = false;                   // serves MLA layers (and only those)
+  bool sparse = false;                // serves top-k sparse layers (and only those)
+  bool block_sparse = false;          // serves block-sparse layers (and only those)
+  bool attention_free = false;        // serves attention-free layers (and only those)
+  bool sinks = false;
+  bool sliding_window = false;
+  bool soft_cap = false;
+  bool alibi = false;
+  bool non_causal = false;
+  bool batch_invariance = false;
+  bool kv_connector = true;
+  bool per_head_quant_scales = false;
+  bool mm_prefix = false;
+  std::vector<AttnType> attn_types{AttnType::decoder};
+};
+
+/// The generic checker. Order of reasons: platform, module, head_size, head_size_v, dtype,
+/// kv_cache_dtype, block_size, use_mm_prefix, use_mla, has_sink, use_sparse, use_block_sparse,
+/// is_attention_free, use_per_head_quant_scales, compute_capability / cpu_features, attn_type,
+/// sliding_window, logits_soft_cap, use_alibi, use_non_causal, use_batch_invariant,
+/// use_kv_connector, then the backend's extra checks.
+std::vector<Reason> check_capabilities(const Capabilities& caps, const LayerConfig& cfg, const Platform& platform);
+
+}  // namespace attn

@@ -1,0 +1,120 @@
+#pragma once
+/// The paged KV cache of one layer, its block allocator, and the plain view kernels read.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/metadata.hpp"
+#include "attn/tensor.hpp"
+#include "attn/types.hpp"
+
+namespace attn {
+
+/// Token-major (vLLM's default NHD: [blocks][2][block_size][kv_heads][head]) or
+/// head-major (HND: [blocks][2][kv_heads][block_size][head], contiguous rows per head).
+/// MLA: [blocks][block_size][width], K and V share the entry (V = first head_size_v values).
+enum class KVLayout : uint8_t { NHD, HND, MLA };
+std::string_view to_string(KVLayout l);
+
+struct KVCacheSpec {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;
+  int32_t num_kv_heads = 8;
+  int32_t head_size = 128;        // K width (MLA: kv_lora_rank + rope)
+  int32_t head_size_v = 0;        // 0 = head_size (MLA: kv_lora_rank)
+  DType dtype = DType::bfloat16;  // storage dtype (fp8_e4m3 / fp8_e5m2 for fp8 caches)
+  KVCacheDType kv_cache_dtype = KVCacheDType::auto_;
+  KVLayout layout = KVLayout::NHD;
+  bool per_head_scales = false;   // one scale per kv head (else one per tensor)
+
+  int32_t v_width() const { return head_size_v ? head_size_v : head_size; }
+  std::vector<int64_t> shape() const;  // the declared cache shape
+  std::string to_string() const;
+};
+
+/// What kernels read: base pointer plus element strides. Scales are 1 for 16-bit caches.
+/// K element (block b, token t, head h, dim d) = base[b*block_stride + t*token_stride + h*head_stride + d];
+/// V element = same + v_offset.
+struct PagedKV {
+  void* base = nullptr;
+  DType dtype = DType::bfloat16;
+  int32_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_size = 0, head_size_v = 0;
+  int64_t block_stride = 0, token_stride = 0, head_stride = 0, v_offset = 0;
+  const float* k_scales = nullptr;  // [num_kv_heads] (per-tensor scale replicated)
+  const float* v_scales = nullptr;  // [num_kv_heads]
+};
+
+class KVCache {
+ public:
+  explicit KVCache(const KVCacheSpec& spec);
+  KVCache(KVCache&&) noexcept;
+  KVCache& operator=(KVCache&&) noexcept;
+  ~KVCache();
+
+  const KVCacheSpec& spec() const { return spec_; }
+  PagedKV view() const;
+  void* data() const { return storage_.data(); }
+  std::size_t bytes() const { return storage_.bytes(); }
+
+  /// Quantization scales (dequantized = stored * scale). Per tensor: one value; per head:
+  /// num_kv_heads values. Must be finite and > 0.
+  void set_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales);
+  const std::vector<float>& k_scales() const { return k_scales_; }  // always num_kv_heads entries
+  const std::vector<float>& v_scales() const { return v_scales_; }
+
+  /// Writes new k/v ([num_tokens, num_kv_heads, head_size(_v)], float32/16/bf16) into the
+  /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches.
+  void write(const TensorView& k, const TensorView& v, const BatchMetadata& md);
+  /// Copies a whole block (copy-on-write support).
+  void copy_block(int32_t src, int32_t dst);
+  /// Fills every element with `value` (tests: NaN poison in unused slots).
+  void fill(float value);
+
+ private:
+  KVCacheSpec spec_;
+  Buffer storage_;
+  std::vector<float> k_scales_, v_scales_;
+};
+
+/// Reference-counted block allocator: shared prefixes hold one block in several tables.
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int32_t num_blocks);
+  int32_t allocate();                 // throws attn::Error when the pool is exhausted
+  void retain(int32_t block);         // one more owner
+  void release(int32_t block);        // one fewer owner; back to the pool at zero
+  int32_t ref_count(int32_t block) const;
+  int32_t num_free() const;
+  int32_t num_blocks() const { return int32_t(refs_.size()); }
+
+ private:
+  void check_id(int32_t block, const char* arg) const;
+  std::vector<int32_t> refs_;
+  std::vector<int32_t> free_;
+};
+
+/// One sequence's block list with copy-on-write on append.
+class SequenceBlocks {
+ public:
+  SequenceBlocks(BlockAllocator& alloc, int32_t block_size) : alloc_(&alloc), block_size_(block_size) {}
+  ~SequenceBlocks();
+  SequenceBlocks(SequenceBlocks&&) noexcept;
+  SequenceBlocks(const SequenceBlocks&) = delete;
+
+  /// Reserves room for `n` more tokens. If the last block is shared, it is copied first
+  /// (through `cache`, if given) so the append never writes into another sequence's block.
+  void append(int64_t n, KVCache* cache = nullptr);
+  /// A new sequence sharing every block of this one (prefix sharing).
+  SequenceBlocks fork() const;
+  int64_t num_tokens() const { return tokens_; }
+  const std::vector<int32_t>& block_ids() const { return blocks_; }
+
+ private:
+  BlockAllocator* alloc_;
+  int32_t block_size_;
+  int64_t tokens_ = 0;
+  std::vector<int32_t> blocks_;
+};
+
+}  // namespace attn

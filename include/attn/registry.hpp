@@ -1,0 +1,69 @@
+#pragma once
+/// The backend registry: built-in backends (src/backends/builtin_list.inc), lazily loaded
+/// shared modules, and out-of-tree plugins (ATTN_PLUGINS or load_plugin). No static-initializer
+/// self-registration.
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attn/backend.hpp"
+
+/// ABI version a module or plugin must report (bump on any change to backend.hpp / registry.hpp).
+#define ATTN_ABI_VERSION 1
+
+namespace attn {
+
+class Registry {
+ public:
+  /// The process-wide registry with the built-ins registered and ATTN_PLUGINS loaded.
+  static Registry& instance();
+
+  /// Adds a backend. Throws if the name is taken.
+  void add(BackendDescriptor desc);
+  /// Provides the factory of a backend declared with `module` (called by the module itself).
+  void provide(const std::string& backend, std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create);
+
+  /// Snapshot of all descriptors, in registration order.
+  std::vector<std::shared_ptr<const BackendDescriptor>> backends() const;
+  std::shared_ptr<const BackendDescriptor> find(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+  /// Loads `desc.module` if needed. Returns false and sets `why` if it cannot be loaded.
+  bool ensure_module(const BackendDescriptor& desc, std::string& why);
+  /// Builds the implementation of `backend` for one layer (loads its module first).
+  std::unique_ptr<AttentionImpl> create(const std::string& backend, const LayerParams& params);
+
+  /// Loads an out-of-tree backend library; throws attn::Error with the reason on failure.
+  void load_plugin(const std::string& path);
+  /// Errors from ATTN_PLUGINS entries that failed to load at start-up.
+  std::vector<std::string> plugin_errors() const;
+  /// Bumped on every add/provide; the selector cache keys on it.
+  uint64_t generation() const;
+
+  Registry();  // empty registry (tests); instance() fills the built-ins
+
+ private:
+  struct Module { bool tried = false; bool ok = false; std::string why; void* handle = nullptr; };
+  mutable std::shared_mutex mu_;
+  std::vector<std::shared_ptr<BackendDescriptor>> backends_;
+  std::unordered_map<std::string, Module> modules_;
+  std::vector<std::string> plugin_errors_;
+  uint64_t generation_ = 0;
+  std::mutex module_mu_;
+};
+
+/// Convenience for C++ callers.
+void load_plugin(const std::string& path);
+
+}  // namespace attn
+
+/// Entry points a module / plugin library exports (extern "C"):
+///   int  attn_abi_version();                 // must return ATTN_ABI_VERSION
+///   void attn_register(attn::Registry& r);   // plugins: r.add(...); modules: r.provide(...)
+extern "C" {
+typedef int (*attn_abi_version_fn)();
+typedef void (*attn_register_fn)(attn::Registry&);
+}

@@ -1,0 +1,58 @@
+#pragma once
+/// The selector: LayerConfig × Platform (× forced backend) → Decision. Cached, thread-safe,
+/// and it names no backend: it reads the registry's data.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/capabilities.hpp"
+#include "attn/layer_config.hpp"
+#include "attn/platform.hpp"
+
+namespace attn {
+
+struct SelectOptions {
+  std::string backend;           // explicit argument ("" or "auto" = none): highest precedence
+  std::string config_backend;    // from the engine / model config: next
+  bool use_env = true;           // then env ATTN_BACKEND
+  /// Per layer-kind overrides (LayerConfig::kind() → backend), applied before `backend`.
+  std::map<std::string, std::string> per_kind;
+  std::optional<Platform> platform;  // default: this machine's CPU
+};
+
+struct Candidate {
+  std::string backend;
+  bool valid = false;
+  int priority = 0;
+  std::vector<Reason> reasons;
+};
+
+struct Decision {
+  std::string backend;           // the chosen backend
+  std::string variant;           // its kernel variant on this platform (may be empty)
+  LayerConfig config;
+  std::string platform;          // Platform::to_string()
+  std::string forced_by;         // "", "argument", "config", "per_kind", "env ATTN_BACKEND"
+  int block_size = 0;            // the user's, else the backend's preferred
+  bool block_size_from_user = false;
+  std::vector<Candidate> candidates;  // every backend checked, in priority order
+  std::vector<std::string> notes;     // e.g. "--block-size 8 precluded higher-priority backend(s) ..."
+
+  std::string to_text() const;
+  std::string to_json() const;        // {"backend":..,"config":{..},"candidates":[..],...}
+};
+
+/// Picks the backend for one layer, or throws attn::Error explaining why none can serve it.
+Decision select(const LayerConfig& config, const SelectOptions& options = {});
+/// Same as select() but returns the decision even when no backend is valid
+/// (backend empty; the candidates carry the reasons). Forced-backend errors still throw.
+Decision explain(const LayerConfig& config, const SelectOptions& options = {});
+void clear_selector_cache();
+struct SelectorCacheStats { uint64_t hits = 0, misses = 0, entries = 0; };
+SelectorCacheStats selector_cache_stats();
+
+/// The config as JSON text (used by Decision::to_json and the CLI).
+std::string layer_config_json(const LayerConfig& c);
+
+}  // namespace attn

@@ -1,0 +1,46 @@
+#pragma once
+/// Core vocabulary: element dtypes, KV-cache dtype names (vLLM's CacheDType), attention types.
+/// Every enum has parse/print; parse errors list the valid names.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attn {
+
+/// Element types of tensors. fp8_e4m3 / fp8_e5m2 / int8 are storage-only (caches).
+enum class DType : uint8_t { float32, float16, bfloat16, fp8_e4m3, fp8_e5m2, int8, int32, int64 };
+
+std::string_view to_string(DType d);
+DType parse_dtype(std::string_view name);          // accepts "float32", "fp32", "half", "bf16", ...
+std::size_t dtype_size(DType d);
+const std::vector<DType>& all_dtypes();
+
+/// KV-cache dtype names as vLLM spells them. "auto" means "same as the model dtype".
+enum class KVCacheDType : uint8_t {
+  auto_, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla,
+  turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc,
+  int4_per_token_head, int8_per_token_head, fp8_per_token_head, nvfp4, nvfp4_4over6
+};
+
+std::string_view to_string(KVCacheDType k);
+/// Throws `Error("Invalid kv_cache_dtype: 'x'. Valid values are: auto, float16, ...")`.
+KVCacheDType parse_kv_cache_dtype(std::string_view name);
+const std::vector<KVCacheDType>& all_kv_cache_dtypes();
+/// True for anything other than auto / float16 / bfloat16.
+bool is_quantized(KVCacheDType k);
+/// The storage dtype of a cache with this kv dtype for a model of dtype `model`
+/// ("auto" → model dtype, "fp8" → fp8_e4m3). Throws for names attn stores no other way.
+DType kv_storage_dtype(KVCacheDType k, DType model);
+
+/// Attention types (vLLM AttentionType values).
+enum class AttnType : uint8_t { decoder, encoder, encoder_only, encoder_decoder };
+std::string_view to_string(AttnType t);
+AttnType parse_attn_type(std::string_view name);
+const std::vector<AttnType>& all_attn_types();
+
+/// Joins names with ", " — used by every "valid values are" message.
+std::string join(const std::vector<std::string>& parts, std::string_view sep = ", ");
+
+}  // namespace attn
