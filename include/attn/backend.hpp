@@ -41,6 +41,14 @@ class AttentionImpl {
   virtual std::string variant() const { return {}; }
 };
 
+/// Validates forward() arguments at the API boundary for every CPU backend: q / out shapes and
+/// dtypes against the layer, the cache against the layer, and the metadata against the cache.
+void check_forward_args(const LayerParams& params, const TensorView& q, const KVCache& cache, const BatchMetadata& md,
+                        const TensorView& out);
+
+/// Standard ALiBi slopes for `num_heads` heads (Press et al.; non-powers of two interleaved).
+std::vector<float> alibi_slopes(int num_heads);
+
 struct BackendDescriptor {
   std::string name;
   std::string summary;

@@ -1,0 +1,118 @@
+// reference: plain loops, every feature, fp32 accumulation. The oracle the fast backends are
+// checked against at run time (`attn run` spot check, `attn check`); lowest priority.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "attn/backend.hpp"
+#include "attn/error.hpp"
+
+namespace attn {
+namespace {
+
+class ReferenceImpl final : public AttentionImpl {
+ public:
+  explicit ReferenceImpl(const LayerParams& p) : p_(p) {
+    if (p_.config.use_alibi && p_.alibi_slopes.empty()) p_.alibi_slopes = alibi_slopes(p_.config.num_heads);
+  }
+
+  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override {
+    check_forward_args(p_, q, cache, md, out);
+    const LayerConfig& c = p_.config;
+    const PagedKV kv = cache.view();
+    const int group = c.num_heads / c.num_kv_heads;
+    const int d = c.head_size, dv = kv.head_size_v;
+    const float scale = p_.effective_scale();
+    const char* base = static_cast<const char*>(kv.base);
+
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads())
+    for (int s = 0; s < md.num_seqs; ++s) {
+      for (int kh = 0; kh < c.num_kv_heads; ++kh) {
+        const int len = md.seq_lens[s], qlen = md.query_len(s), q0 = md.query_start_loc[s];
+        // Dequantize this sequence's K and V rows for one KV head once.
+        std::vector<float> K(std::size_t(len) * d), V(std::size_t(len) * dv);
+        for (int t = 0; t < len; ++t) {
+          const int64_t e = int64_t(md.blocks(s)[t / kv.block_size]) * kv.block_stride + (t % kv.block_size) * kv.token_stride +
+                            int64_t(kh) * kv.head_stride;
+          for (int i = 0; i < d; ++i) K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, e + i) * kv.k_scales[kh];
+          for (int i = 0; i < dv; ++i)
+            V[std::size_t(t) * dv + i] = load_as_float(base, kv.dtype, e + kv.v_offset + i) * kv.v_scales[kh];
+        }
+        std::vector<float> scores(static_cast<std::size_t>(len)), acc(static_cast<std::size_t>(dv)), qrow(static_cast<std::size_t>(d));
+        for (int g = 0; g < group; ++g) {
+          const int h = kh * group + g;
+          for (int i = 0; i < qlen; ++i) {
+            const int64_t tok = q0 + i;
+            const int qpos = len - qlen + i;  // bottom-right alignment
+            for (int x = 0; x < d; ++x)
+              qrow[x] = load_as_float(q.data, q.dtype, tok * q.strides[0] + h * q.strides[1] + x);
+            float m = -std::numeric_limits<float>::infinity();
+            for (int t = 0; t < len; ++t) {
+              if (!visible(qpos, t, md.causal)) { scores[t] = -std::numeric_limits<float>::infinity(); continue; }
+              float sc = 0.0f;
+              for (int x = 0; x < d; ++x) sc += qrow[x] * K[std::size_t(t) * d + x];
+              sc *= scale;
+              if (c.logits_soft_cap > 0) sc = c.logits_soft_cap * std::tanh(sc / c.logits_soft_cap);
+              if (c.use_alibi) sc += p_.alibi_slopes[h] * float(t - qpos);
+              scores[t] = sc;
+              m = std::max(m, sc);
+            }
+            if (c.has_sink) m = std::max(m, p_.sinks[h]);
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            float denom = c.has_sink ? std::exp(p_.sinks[h] - m) : 0.0f;
+            if (m != -std::numeric_limits<float>::infinity()) {
+              for (int t = 0; t < len; ++t) {
+                if (scores[t] == -std::numeric_limits<float>::infinity()) continue;
+                const float pr = std::exp(scores[t] - m);
+                denom += pr;
+                for (int x = 0; x < dv; ++x) acc[x] += pr * V[std::size_t(t) * dv + x];
+              }
+            }
+            const float inv = denom > 0 ? 1.0f / denom : 0.0f;  // fully masked row → 0
+            for (int x = 0; x < dv; ++x)
+              store_from_float(out.data, out.dtype, tok * out.strides[0] + h * out.strides[1] + x, acc[x] * inv);
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  bool visible(int qpos, int kpos, bool causal) const {
+    if (causal && kpos > qpos) return false;
+    if (p_.config.sliding_window > 0 && kpos <= qpos - p_.config.sliding_window) return false;
+    return true;
+  }
+  int threads() const { return p_.num_threads > 0 ? p_.num_threads : omp_get_max_threads(); }
+  LayerParams p_;
+};
+
+}  // namespace
+
+BackendDescriptor reference_descriptor() {
+  BackendDescriptor d;
+  d.name = "reference";
+  d.summary = "plain loops, every feature, fp32 accumulation; the oracle (lowest priority)";
+  Capabilities& c = d.caps;
+  c.platforms = {PlatformKind::cpu};
+  c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
+  c.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16, KVCacheDType::fp8,
+                       KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2};
+  c.head_sizes = SizeRule::any();
+  c.block_sizes = SizeRule::any();
+  c.distinct_head_size_v = true;
+  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = true;
+  c.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
+  c.per_head_quant_scales = true;
+  c.attn_types = all_attn_types();
+  d.priority = 1000;
+  d.preferred_block_size = 16;
+  d.kv_layout = KVLayout::NHD;
+  d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<ReferenceImpl>(p); };
+  return d;
+}
+
+}  // namespace attn

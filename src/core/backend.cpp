@@ -1,0 +1,96 @@
+#include "attn/backend.hpp"
+
+#include <cmath>
+
+#include "attn/error.hpp"
+
+namespace attn {
+
+float LayerParams::effective_scale() const {
+  return scale > 0.0f ? scale : 1.0f / std::sqrt(float(config.head_size));
+}
+
+void LayerParams::validate() const {
+  config.validate();
+  require(std::isfinite(scale) && scale >= 0.0f, "scale", scale, "a finite value >= 0 (0 = 1/sqrt(head_size))");
+  if (config.has_sink) {
+    require(int(sinks.size()) == config.num_heads, "sinks.size()", sinks.size(),
+            "num_heads = " + std::to_string(config.num_heads) + " (has_sink=true)");
+    for (std::size_t i = 0; i < sinks.size(); ++i)
+      require(std::isfinite(sinks[i]), "sinks[" + std::to_string(i) + "]", sinks[i], "a finite logit");
+  } else {
+    require(sinks.empty(), "sinks.size()", sinks.size(), "0 (has_sink=false)");
+  }
+  if (config.use_alibi) {
+    require(alibi_slopes.empty() || int(alibi_slopes.size()) == config.num_heads, "alibi_slopes.size()", alibi_slopes.size(),
+            "0 (standard slopes) or num_heads = " + std::to_string(config.num_heads));
+  } else {
+    require(alibi_slopes.empty(), "alibi_slopes.size()", alibi_slopes.size(), "0 (use_alibi=false)");
+  }
+  require(num_threads >= 0, "num_threads", num_threads, ">= 0 (0 = all cores)");
+}
+
+std::vector<float> alibi_slopes(int n) {
+  std::vector<float> out;
+  int closest = 1;
+  while (closest * 2 <= n) closest *= 2;
+  const double base = std::pow(2.0, -8.0 / closest);
+  for (int i = 1; i <= closest; ++i) out.push_back(float(std::pow(base, i)));
+  if (closest < n) {
+    const double extra = std::pow(2.0, -4.0 / closest);  // 2^(-8 / (2*closest))
+    for (int i = 0; i < n - closest; ++i) out.push_back(float(std::pow(extra, 1 + 2 * i)));
+  }
+  return out;
+}
+
+void AttentionImpl::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) {
+  cache.write(k, v, md);
+}
+
+KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const {
+  KVCacheSpec s;
+  s.num_blocks = num_blocks;
+  s.block_size = block_size ? block_size : (cfg.block_size ? cfg.block_size : preferred_block_size);
+  s.dtype = kv_storage_dtype(cfg.kv_cache_dtype, cfg.dtype);
+  s.kv_cache_dtype = cfg.kv_cache_dtype;
+  s.layout = kv_layout;
+  s.per_head_scales = cfg.use_per_head_quant_scales;
+  if (kv_layout == KVLayout::MLA) {
+    s.num_kv_heads = 1;
+    s.head_size = cfg.head_size;
+    s.head_size_v = cfg.kv_lora_rank ? cfg.kv_lora_rank : cfg.effective_head_size_v();
+  } else {
+    s.num_kv_heads = cfg.num_kv_heads;
+    s.head_size = cfg.head_size;
+    s.head_size_v = cfg.effective_head_size_v();
+  }
+  return s;
+}
+
+void check_forward_args(const LayerParams& p, const TensorView& q, const KVCache& cache, const BatchMetadata& md,
+                        const TensorView& out) {
+  const LayerConfig& c = p.config;
+  const KVCacheSpec& s = cache.spec();
+  const bool mla = s.layout == KVLayout::MLA;
+  const int hv = mla ? s.v_width() : c.effective_head_size_v();
+  check_tensor(q, "q", 3, {DType::float32, DType::float16, DType::bfloat16}, {md.num_tokens, c.num_heads, c.head_size});
+  check_tensor(out, "out", 3, {DType::float32, DType::float16, DType::bfloat16}, {md.num_tokens, c.num_heads, hv});
+  require(q.dtype == c.dtype, "q.dtype", to_string(q.dtype), "the layer dtype " + std::string(to_string(c.dtype)));
+  require(out.dtype == c.dtype, "out.dtype", to_string(out.dtype), "the layer dtype " + std::string(to_string(c.dtype)));
+  if (!mla) {
+    require(s.num_kv_heads == c.num_kv_heads, "cache.num_kv_heads", s.num_kv_heads, "the layer's num_kv_heads " + std::to_string(c.num_kv_heads));
+    require(s.v_width() == hv, "cache.head_size_v", s.v_width(), "the layer's head_size_v " + std::to_string(hv));
+  }
+  require(s.head_size == c.head_size, "cache.head_size", s.head_size, "the layer's head_size " + std::to_string(c.head_size));
+  const DType want = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  require(s.dtype == want, "cache.dtype", to_string(s.dtype),
+          std::string(to_string(want)) + " for kv_cache_dtype " + std::string(to_string(c.kv_cache_dtype)));
+  md.validate(s.num_blocks, s.block_size);
+  // Output rows must not overlap the input (kernels write out while still reading q).
+  const char* qb = static_cast<const char*>(q.data);
+  const char* ob = static_cast<const char*>(out.data);
+  const std::size_t qn = std::size_t(q.numel()) * dtype_size(q.dtype), on = std::size_t(out.numel()) * dtype_size(out.dtype);
+  require(qn == 0 || on == 0 || qb + qn <= ob || ob + on <= qb, "out.data", "overlaps q", "a buffer distinct from q");
+}
+
+}  // namespace attn

@@ -1,0 +1,138 @@
+#include "attn/tensor.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "attn/error.hpp"
+#include "attn/numeric.hpp"
+
+namespace attn {
+
+TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<int64_t>& shape) {
+  TensorView t;
+  require(int(shape.size()) <= kMaxDims, "ndim", shape.size(), "at most 6 dimensions");
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = int(shape.size());
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return t;
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  return contiguous(data, dtype, std::vector<int64_t>(shape));
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != stride) return false;
+    stride *= shape[d];
+  }
+  return true;
+}
+
+std::string TensorView::shape_string() const {
+  std::string s = "[";
+  for (int d = 0; d < ndim; ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+void check_tensor(const TensorView& t, const char* arg, int ndim, std::initializer_list<DType> dtypes,
+                  std::initializer_list<int64_t> extents, bool inner_contiguous) {
+  const std::string a(arg);
+  require(t.data != nullptr || t.numel() == 0, a + ".data", "null", "a non-null pointer");
+  require(t.device == DeviceKind::cpu, a + ".device", "cuda", "a CPU tensor");
+  require(t.ndim == ndim, a + ".ndim", t.ndim, std::to_string(ndim) + " dimensions");
+  bool dtype_ok = false;
+  std::vector<std::string> names;
+  for (DType d : dtypes) {
+    dtype_ok |= (d == t.dtype);
+    names.emplace_back(to_string(d));
+  }
+  require(dtype_ok, a + ".dtype", to_string(t.dtype), "one of " + join(names));
+  int d = 0;
+  for (int64_t e : extents) {
+    if (e >= 0 && t.shape[d] != e)
+      throw Error(a + ".shape=" + t.shape_string() + " invalid: expected dimension " + std::to_string(d) + " to be " +
+                  std::to_string(e));
+    ++d;
+  }
+  for (int i = 0; i < t.ndim; ++i)
+    require(t.shape[i] >= 0, a + ".shape", t.shape_string(), "non-negative extents");
+  if (inner_contiguous && t.ndim > 0 && t.shape[t.ndim - 1] > 1)
+    require(t.strides[t.ndim - 1] == 1, a + ".strides", t.strides[t.ndim - 1], "a contiguous last dimension (stride 1)");
+  for (int i = 0; i < t.ndim; ++i)
+    require(t.strides[i] >= 0, a + ".strides", t.strides[i], "non-negative strides");
+}
+
+Buffer::Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  int64_t n = 1;
+  for (int64_t e : shape_) {
+    require(e >= 0, "shape", e, "non-negative extents");
+    n *= e;
+  }
+  bytes_ = std::size_t(n) * dtype_size(dtype);
+  const std::size_t rounded = (bytes_ + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded ? rounded : 64);
+  if (!data_) throw Error("Buffer: cannot allocate " + std::to_string(bytes_) + " bytes");
+  std::memset(data_, 0, rounded ? rounded : 64);
+}
+
+Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    dtype_ = o.dtype_;
+    shape_ = std::move(o.shape_);
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+Buffer::~Buffer() { std::free(data_); }
+
+TensorView Buffer::view() const { return TensorView::contiguous(data_, dtype_, shape_); }
+
+float load_as_float(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::float32: return static_cast<const float*>(data)[i];
+    case DType::float16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::bfloat16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::fp8_e4m3: return fp8_e4m3_to_f32(static_cast<const uint8_t*>(data)[i]);
+    case DType::fp8_e5m2: return fp8_e5m2_to_f32(static_cast<const uint8_t*>(data)[i]);
+    case DType::int8: return float(static_cast<const int8_t*>(data)[i]);
+    case DType::int32: return float(static_cast<const int32_t*>(data)[i]);
+    case DType::int64: return float(static_cast<const int64_t*>(data)[i]);
+  }
+  return 0.0f;
+}
+
+void store_from_float(void* data, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+    case DType::float32: static_cast<float*>(data)[i] = v; break;
+    case DType::float16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
+    case DType::bfloat16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
+    case DType::fp8_e4m3: static_cast<uint8_t*>(data)[i] = f32_to_fp8_e4m3(v); break;
+    case DType::fp8_e5m2: static_cast<uint8_t*>(data)[i] = f32_to_fp8_e5m2(v); break;
+    case DType::int8: static_cast<int8_t*>(data)[i] = int8_t(std::max(-128.0f, std::min(127.0f, std::nearbyint(v)))); break;
+    case DType::int32: static_cast<int32_t*>(data)[i] = int32_t(v); break;
+    case DType::int64: static_cast<int64_t*>(data)[i] = int64_t(v); break;
+  }
+}
+
+}  // namespace attn

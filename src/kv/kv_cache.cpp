@@ -1,0 +1,178 @@
+#include "attn/kv_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attn/error.hpp"
+#include "attn/numeric.hpp"
+
+namespace attn {
+namespace {
+
+int32_t entry_width(const KVCacheSpec& s) { return std::max(s.head_size, s.v_width()); }
+
+bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
+
+// Converts one row of `n` values from `src` (dtype `sd`) into cache storage, dividing by `scale`
+// for fp8 storage. Same-dtype 16-bit rows are copied bit-exactly.
+void store_row(const void* src, DType sd, void* dst, DType dd, int32_t n, float inv_scale) {
+  if (sd == dd && !is_fp8(dd)) {
+    std::memcpy(dst, src, std::size_t(n) * dtype_size(dd));
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    float v = load_as_float(src, sd, i);
+    if (is_fp8(dd)) v *= inv_scale;
+    store_from_float(dst, dd, i, v);
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(KVLayout l) {
+  switch (l) {
+    case KVLayout::NHD: return "NHD";
+    case KVLayout::HND: return "HND";
+    case KVLayout::MLA: return "MLA";
+  }
+  return "?";
+}
+
+std::vector<int64_t> KVCacheSpec::shape() const {
+  const int64_t w = entry_width(*this);
+  switch (layout) {
+    case KVLayout::NHD: return {num_blocks, 2, block_size, num_kv_heads, w};
+    case KVLayout::HND: return {num_blocks, 2, num_kv_heads, block_size, w};
+    case KVLayout::MLA: return {num_blocks, block_size, w};
+  }
+  return {};
+}
+
+std::string KVCacheSpec::to_string() const {
+  auto s = shape();
+  std::string dims;
+  for (std::size_t i = 0; i < s.size(); ++i) dims += (i ? ", " : "") + std::to_string(s[i]);
+  return std::string(attn::to_string(layout)) + " [" + dims + "] " + std::string(attn::to_string(dtype)) +
+         " (kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype)) + ")";
+}
+
+KVCache::KVCache(const KVCacheSpec& spec) : spec_(spec) {
+  require(spec.num_blocks > 0, "num_blocks", spec.num_blocks, "> 0");
+  require(spec.block_size > 0, "block_size", spec.block_size, "> 0");
+  require(spec.num_kv_heads > 0, "num_kv_heads", spec.num_kv_heads, "> 0");
+  require(spec.head_size > 0, "head_size", spec.head_size, "> 0");
+  require(spec.head_size_v >= 0, "head_size_v", spec.head_size_v, ">= 0");
+  require(spec.dtype != DType::int32 && spec.dtype != DType::int64 && spec.dtype != DType::int8, "cache dtype",
+          to_string(spec.dtype), "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2");
+  if (spec.layout == KVLayout::MLA) {
+    require(spec.num_kv_heads == 1, "num_kv_heads", spec.num_kv_heads, "1 for the MLA latent cache");
+    require(spec.v_width() <= spec.head_size, "head_size_v", spec.head_size_v, "<= head_size for the MLA latent cache");
+  }
+  storage_ = Buffer(spec.dtype, spec.shape());
+  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
+  v_scales_ = k_scales_;
+}
+
+KVCache::KVCache(KVCache&&) noexcept = default;
+KVCache& KVCache::operator=(KVCache&&) noexcept = default;
+KVCache::~KVCache() = default;
+
+PagedKV KVCache::view() const {
+  PagedKV v;
+  v.base = storage_.data();
+  v.dtype = spec_.dtype;
+  v.num_blocks = spec_.num_blocks;
+  v.block_size = spec_.block_size;
+  v.num_kv_heads = spec_.num_kv_heads;
+  v.head_size = spec_.head_size;
+  v.head_size_v = spec_.v_width();
+  const int64_t w = entry_width(spec_), bs = spec_.block_size, h = spec_.num_kv_heads;
+  switch (spec_.layout) {
+    case KVLayout::NHD:
+      v.head_stride = w; v.token_stride = h * w; v.v_offset = bs * h * w; v.block_stride = 2 * bs * h * w;
+      break;
+    case KVLayout::HND:
+      v.token_stride = w; v.head_stride = bs * w; v.v_offset = h * bs * w; v.block_stride = 2 * bs * h * w;
+      break;
+    case KVLayout::MLA:
+      v.token_stride = w; v.head_stride = w; v.v_offset = 0; v.block_stride = bs * w;
+      break;
+  }
+  v.k_scales = k_scales_.data();
+  v.v_scales = v_scales_.data();
+  return v;
+}
+
+void KVCache::set_scales(const std::vector<float>& k, const std::vector<float>& v) {
+  const std::size_t h = std::size_t(spec_.num_kv_heads);
+  auto check = [&](const std::vector<float>& s, const char* arg) {
+    require(s.size() == 1 || s.size() == h, std::string(arg) + ".size()", s.size(),
+            "1 (per tensor) or num_kv_heads = " + std::to_string(h) + " (per head)");
+    require(s.size() == 1 || spec_.per_head_scales, std::string(arg) + ".size()", s.size(),
+            "1: this cache was created without per-head scales");
+    for (std::size_t i = 0; i < s.size(); ++i)
+      require(std::isfinite(s[i]) && s[i] > 0.0f, std::string(arg) + "[" + std::to_string(i) + "]", s[i], "a finite scale > 0");
+  };
+  check(k, "k_scale");
+  check(v, "v_scale");
+  k_scales_.assign(h, k[0]);
+  v_scales_.assign(h, v[0]);
+  if (k.size() == h) k_scales_ = k;
+  if (v.size() == h) v_scales_ = v;
+}
+
+void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadata& md) {
+  const bool mla = spec_.layout == KVLayout::MLA;
+  const int64_t n = md.num_tokens;
+  check_tensor(k, "k", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.head_size});
+  if (!mla)
+    check_tensor(v, "v", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.v_width()});
+  require(int64_t(md.slot_mapping.size()) == n, "metadata.slot_mapping.size()", md.slot_mapping.size(),
+          "num_tokens = " + std::to_string(n));
+  const int64_t slots = int64_t(spec_.num_blocks) * spec_.block_size;
+  std::vector<int64_t> used;
+  used.reserve(md.slot_mapping.size());
+  for (std::size_t t = 0; t < md.slot_mapping.size(); ++t) {
+    const int64_t s = md.slot_mapping[t];
+    require(s >= -1 && s < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", s,
+            "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
+    if (s >= 0) used.push_back(s);
+  }
+  std::sort(used.begin(), used.end());
+  auto dup = std::adjacent_find(used.begin(), used.end());
+  require(dup == used.end(), "metadata.slot_mapping", dup == used.end() ? 0 : *dup, "distinct slots (two tokens write one slot)");
+
+  const PagedKV pv = view();
+  const std::size_t es = dtype_size(spec_.dtype);
+  char* base = static_cast<char*>(pv.base);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t slot = md.slot_mapping[std::size_t(t)];
+    if (slot < 0) continue;
+    const int64_t blk = slot / spec_.block_size, off = slot % spec_.block_size;
+    for (int32_t h = 0; h < spec_.num_kv_heads; ++h) {
+      const int64_t e = blk * pv.block_stride + off * pv.token_stride + h * pv.head_stride;
+      const char* ks = static_cast<const char*>(k.data) + (t * k.strides[0] + h * k.strides[1]) * int64_t(dtype_size(k.dtype));
+      store_row(ks, k.dtype, base + e * int64_t(es), spec_.dtype, spec_.head_size, 1.0f / k_scales_[std::size_t(h)]);
+      if (mla) continue;
+      const char* vs = static_cast<const char*>(v.data) + (t * v.strides[0] + h * v.strides[1]) * int64_t(dtype_size(v.dtype));
+      store_row(vs, v.dtype, base + (e + pv.v_offset) * int64_t(es), spec_.dtype, spec_.v_width(), 1.0f / v_scales_[std::size_t(h)]);
+    }
+  }
+}
+
+void KVCache::copy_block(int32_t src, int32_t dst) {
+  require(src >= 0 && src < spec_.num_blocks, "src_block", src, "a block id in [0, " + std::to_string(spec_.num_blocks) + ")");
+  require(dst >= 0 && dst < spec_.num_blocks, "dst_block", dst, "a block id in [0, " + std::to_string(spec_.num_blocks) + ")");
+  const PagedKV pv = view();
+  const std::size_t bytes = std::size_t(pv.block_stride) * dtype_size(spec_.dtype);
+  char* base = static_cast<char*>(storage_.data());
+  if (src != dst) std::memmove(base + std::size_t(dst) * bytes, base + std::size_t(src) * bytes, bytes);
+}
+
+void KVCache::fill(float value) {
+  const int64_t n = int64_t(storage_.bytes() / dtype_size(spec_.dtype));
+  for (int64_t i = 0; i < n; ++i) store_from_float(storage_.data(), spec_.dtype, i, value);
+}
+
+}  // namespace attn

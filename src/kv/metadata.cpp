@@ -1,0 +1,110 @@
+#include "attn/metadata.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "attn/error.hpp"
+
+namespace attn {
+namespace {
+std::string seq_arg(int s, const char* field) { return "seqs[" + std::to_string(s) + "]." + field; }
+int64_t blocks_needed(int64_t tokens, int32_t block_size) { return (tokens + block_size - 1) / block_size; }
+}  // namespace
+
+BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_t block_size, int32_t num_blocks, bool causal) {
+  require(block_size > 0, "block_size", block_size, "> 0");
+  require(num_blocks > 0, "num_blocks", num_blocks, "> 0");
+  BatchMetadata md;
+  md.num_seqs = int32_t(seqs.size());
+  md.block_size = block_size;
+  md.causal = causal;
+  int64_t total = 0, max_blocks = 0;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceSpec& q = seqs[s];
+    require(q.context_len >= 0, seq_arg(int(s), "context_len"), q.context_len, ">= 0");
+    require(q.query_len >= 0, seq_arg(int(s), "query_len"), q.query_len, ">= 0");
+    const int64_t len = q.context_len + q.query_len;
+    require(len <= std::numeric_limits<int32_t>::max(), seq_arg(int(s), "context_len + query_len"), len, "< 2^31");
+    const int64_t need = blocks_needed(len, block_size);
+    require(int64_t(q.block_ids.size()) >= need, seq_arg(int(s), "block_ids.size()"), q.block_ids.size(),
+            ">= " + std::to_string(need) + " blocks for " + std::to_string(len) + " tokens of block_size " + std::to_string(block_size));
+    for (std::size_t b = 0; b < std::size_t(need); ++b)
+      require(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
+              seq_arg(int(s), "block_ids") + std::string("[") + std::to_string(b) + "]", q.block_ids[b],
+              "a block id in [0, " + std::to_string(num_blocks) + ")");
+    total += q.query_len;
+    max_blocks = std::max(max_blocks, need);
+  }
+  require(total <= std::numeric_limits<int32_t>::max(), "num_tokens", total, "< 2^31");
+  md.num_tokens = int32_t(total);
+  md.max_blocks_per_seq = int32_t(max_blocks);
+  md.query_start_loc.assign(seqs.size() + 1, 0);
+  md.seq_lens.resize(seqs.size());
+  md.block_table.assign(seqs.size() * std::size_t(max_blocks), -1);
+  md.slot_mapping.reserve(std::size_t(total));
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceSpec& q = seqs[s];
+    md.query_start_loc[s + 1] = md.query_start_loc[s] + int32_t(q.query_len);
+    md.seq_lens[s] = int32_t(q.context_len + q.query_len);
+    md.max_query_len = std::max(md.max_query_len, int32_t(q.query_len));
+    md.max_seq_len = std::max(md.max_seq_len, md.seq_lens[s]);
+    const int64_t need = blocks_needed(md.seq_lens[s], block_size);
+    std::copy(q.block_ids.begin(), q.block_ids.begin() + need, md.block_table.begin() + int64_t(s) * max_blocks);
+    for (int64_t i = 0; i < q.query_len; ++i) {
+      const int64_t pos = q.context_len + i;
+      md.slot_mapping.push_back(int64_t(q.block_ids[pos / block_size]) * block_size + pos % block_size);
+    }
+  }
+  return md;
+}
+
+void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const {
+  require(block_size == cache_block_size, "metadata.block_size", block_size,
+          "the cache's block_size " + std::to_string(cache_block_size));
+  require(num_seqs >= 0, "metadata.num_seqs", num_seqs, ">= 0");
+  require(int64_t(query_start_loc.size()) == int64_t(num_seqs) + 1, "metadata.query_start_loc.size()", query_start_loc.size(),
+          "num_seqs + 1 = " + std::to_string(num_seqs + 1));
+  require(query_start_loc[0] == 0, "metadata.query_start_loc[0]", query_start_loc[0], "0");
+  require(int64_t(seq_lens.size()) == num_seqs, "metadata.seq_lens.size()", seq_lens.size(), "num_seqs = " + std::to_string(num_seqs));
+  require(max_blocks_per_seq >= 0, "metadata.max_blocks_per_seq", max_blocks_per_seq, ">= 0");
+  require(int64_t(block_table.size()) == int64_t(num_seqs) * max_blocks_per_seq, "metadata.block_table.size()",
+          block_table.size(), "num_seqs * max_blocks_per_seq = " + std::to_string(int64_t(num_seqs) * max_blocks_per_seq));
+  int32_t max_q = 0, max_s = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const std::string at = "[" + std::to_string(s) + "]";
+    require(query_start_loc[s + 1] >= query_start_loc[s], "metadata.query_start_loc" + at, query_start_loc[s + 1],
+            "non-decreasing (>= " + std::to_string(query_start_loc[s]) + ")");
+    require(seq_lens[s] >= 0, "metadata.seq_lens" + at, seq_lens[s], ">= 0");
+    require(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at, seq_lens[s],
+            ">= the sequence's query length " + std::to_string(query_len(s)));
+    const int64_t need = blocks_needed(seq_lens[s], block_size);
+    require(need <= max_blocks_per_seq, "metadata.seq_lens" + at, seq_lens[s],
+            "<= max_blocks_per_seq * block_size = " + std::to_string(int64_t(max_blocks_per_seq) * block_size));
+    for (int64_t b = 0; b < need; ++b) {
+      const int32_t id = blocks(s)[b];
+      require(id >= 0 && id < num_blocks, "metadata.block_table[" + std::to_string(s) + "][" + std::to_string(b) + "]", id,
+              "a block id in [0, " + std::to_string(num_blocks) + ")");
+    }
+    max_q = std::max(max_q, query_len(s));
+    max_s = std::max(max_s, seq_lens[s]);
+  }
+  require(query_start_loc[num_seqs] == num_tokens, "metadata.query_start_loc[num_seqs]", query_start_loc[num_seqs],
+          "num_tokens = " + std::to_string(num_tokens));
+  require(max_query_len >= max_q, "metadata.max_query_len", max_query_len, ">= " + std::to_string(max_q));
+  require(max_seq_len >= max_s, "metadata.max_seq_len", max_seq_len, ">= " + std::to_string(max_s));
+  require(int64_t(slot_mapping.size()) == num_tokens || slot_mapping.empty(), "metadata.slot_mapping.size()",
+          slot_mapping.size(), "num_tokens = " + std::to_string(num_tokens) + " (or empty)");
+  const int64_t slots = int64_t(num_blocks) * block_size;
+  for (std::size_t t = 0; t < slot_mapping.size(); ++t)
+    require(slot_mapping[t] >= -1 && slot_mapping[t] < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[t],
+            "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
+}
+
+std::string BatchMetadata::to_string() const {
+  std::string s = "BatchMetadata(num_seqs=" + std::to_string(num_seqs) + ", num_tokens=" + std::to_string(num_tokens) +
+                  ", block_size=" + std::to_string(block_size) + ", max_query_len=" + std::to_string(max_query_len) +
+                  ", max_seq_len=" + std::to_string(max_seq_len) + ", causal=" + (causal ? "true" : "false") + ")";
+  return s;
+}
+
+}  // namespace attn

@@ -1,0 +1,207 @@
+#include "attn/registry.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "attn/error.hpp"
+#include "core/log.hpp"
+
+namespace attn {
+
+void register_builtin_backends(Registry& r);  // src/backends/registry.cpp
+
+namespace {
+
+// Opens a shared library and checks its ABI; returns the handle or sets `why`.
+void* open_library(const std::string& path, std::string& why, attn_register_fn& reg) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    why = e ? e : ("cannot open " + path);
+    return nullptr;
+  }
+  auto abi = reinterpret_cast<attn_abi_version_fn>(dlsym(h, "attn_abi_version"));
+  reg = reinterpret_cast<attn_register_fn>(dlsym(h, "attn_register"));
+  if (!abi || !reg) {
+    why = path + " does not export attn_abi_version / attn_register";
+    dlclose(h);
+    return nullptr;
+  }
+  if (abi() != ATTN_ABI_VERSION) {
+    why = path + " was built for ABI version " + std::to_string(abi()) + ", expected " + std::to_string(ATTN_ABI_VERSION);
+    dlclose(h);
+    return nullptr;
+  }
+  return h;
+}
+
+// Where modules live: $ATTN_MODULE_PATH, then the directory holding libattn, then the build dir.
+std::vector<std::string> module_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("ATTN_MODULE_PATH")) {
+    std::string s = env;
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      std::size_t end = s.find(':', start);
+      if (end == std::string::npos) end = s.size();
+      if (end > start) dirs.push_back(s.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&module_dirs), &info) && info.dli_fname)
+    dirs.push_back(std::filesystem::path(info.dli_fname).parent_path().string());
+#ifdef ATTN_MODULE_DIR
+  dirs.push_back(ATTN_MODULE_DIR);
+#endif
+  return dirs;
+}
+
+}  // namespace
+
+Registry::Registry() = default;
+
+Registry& Registry::instance() {
+  static Registry* r = [] {
+    auto* reg = new Registry();  // never destroyed: modules may hold references at exit
+    register_builtin_backends(*reg);
+    if (const char* env = std::getenv("ATTN_PLUGINS")) {
+      std::string s = env;
+      std::size_t start = 0;
+      while (start <= s.size()) {
+        std::size_t end = s.find(':', start);
+        if (end == std::string::npos) end = s.size();
+        if (end > start) {
+          const std::string path = s.substr(start, end - start);
+          try {
+            reg->load_plugin(path);
+          } catch (const Error& e) {
+            log_warning(std::string("ATTN_PLUGINS: ") + e.what());
+            std::unique_lock lock(reg->mu_);
+            reg->plugin_errors_.push_back(e.what());
+          }
+        }
+        start = end + 1;
+      }
+    }
+    return reg;
+  }();
+  return *r;
+}
+
+void Registry::add(BackendDescriptor desc) {
+  require(!desc.name.empty(), "backend.name", "\"\"", "a non-empty name");
+  std::unique_lock lock(mu_);
+  for (auto& b : backends_)
+    if (b->name == desc.name) throw Error("backend '" + desc.name + "' is already registered");
+  backends_.push_back(std::make_shared<BackendDescriptor>(std::move(desc)));
+  ++generation_;
+}
+
+void Registry::provide(const std::string& backend, std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create) {
+  std::unique_lock lock(mu_);
+  for (auto& b : backends_) {
+    if (b->name == backend) {
+      auto copy = std::make_shared<BackendDescriptor>(*b);
+      copy->create = std::move(create);
+      b = copy;  // readers holding the old snapshot keep it alive
+      ++generation_;
+      return;
+    }
+  }
+  throw Error("provide: backend '" + backend + "' is not declared in the core registry");
+}
+
+std::vector<std::shared_ptr<const BackendDescriptor>> Registry::backends() const {
+  std::shared_lock lock(mu_);
+  return {backends_.begin(), backends_.end()};
+}
+
+std::shared_ptr<const BackendDescriptor> Registry::find(const std::string& name) const {
+  std::shared_lock lock(mu_);
+  for (auto& b : backends_) if (b->name == name) return b;
+  return nullptr;
+}
+
+std::vector<std::string> Registry::names() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::string> out;
+  for (auto& b : backends_) out.push_back(b->name);
+  return out;
+}
+
+uint64_t Registry::generation() const {
+  std::shared_lock lock(mu_);
+  return generation_;
+}
+
+bool Registry::ensure_module(const BackendDescriptor& desc, std::string& why) {
+  if (desc.module.empty()) return true;
+  std::lock_guard guard(module_mu_);
+  Module* m;
+  {
+    std::unique_lock lock(mu_);
+    m = &modules_[desc.module];
+  }
+  if (!m->tried) {
+    m->tried = true;
+    std::string last_why = "lib" + desc.module + ".so not found";
+    for (const std::string& dir : module_dirs()) {
+      const std::string path = dir + "/lib" + desc.module + ".so";
+      if (!std::filesystem::exists(path)) continue;
+      attn_register_fn reg = nullptr;
+      void* h = open_library(path, last_why, reg);
+      if (!h) continue;
+      try {
+        reg(*this);
+        m->ok = true;
+        m->handle = h;
+        break;
+      } catch (const std::exception& e) {
+        last_why = e.what();
+      }
+    }
+    if (!m->ok) m->why = last_why;
+    else log_info("loaded module " + desc.module);
+  }
+  why = m->why;
+  if (m->ok) {
+    auto current = find(desc.name);
+    if (!current || !current->create) {
+      why = "module " + desc.module + " loaded but did not provide backend " + desc.name;
+      return false;
+    }
+  }
+  return m->ok;
+}
+
+std::unique_ptr<AttentionImpl> Registry::create(const std::string& backend, const LayerParams& params) {
+  auto desc = find(backend);
+  if (!desc) throw Error("Unknown attention backend: '" + backend + "'. Valid options are: " + join(names()));
+  std::string why;
+  if (!ensure_module(*desc, why)) throw Error("backend " + backend + ": module " + desc->module + " not loaded: " + why);
+  desc = find(backend);  // the module may have provided the factory
+  if (!desc->create) throw Error("backend " + backend + " has no implementation on this machine");
+  params.validate();
+  return desc->create(params);
+}
+
+void Registry::load_plugin(const std::string& path) {
+  std::string why;
+  attn_register_fn reg = nullptr;
+  void* h = open_library(path, why, reg);
+  if (!h) throw Error("plugin '" + path + "' not loaded: " + why);
+  reg(*this);
+  log_info("loaded plugin " + path);
+}
+
+std::vector<std::string> Registry::plugin_errors() const {
+  std::shared_lock lock(mu_);
+  return plugin_errors_;
+}
+
+void load_plugin(const std::string& path) { Registry::instance().load_plugin(path); }
+
+}  // namespace attn

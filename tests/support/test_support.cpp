@@ -1,0 +1,256 @@
+#include "test_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <sstream>
+
+namespace attn::test {
+
+Tolerance tolerance(DType io, DType kv) {
+  // The reference sees exactly the values the cache holds (dequantized), so these bound only
+  // the kernel's own error: fp32 accumulation order, bf16 rounding of q for bf16 dot products
+  // (f32 inputs), and rounding of the output to the I/O dtype.
+  switch (io) {
+    case DType::float32: return kv == DType::float32 ? Tolerance{2e-5, 2e-5} : Tolerance{5e-3, 5e-3};
+    case DType::float16: return {2e-3, 2e-3};
+    case DType::bfloat16: return {1.2e-2, 1.2e-2};
+    default: return {0, 0};
+  }
+}
+
+uint64_t fresh_seed() {
+  if (const char* s = std::getenv("ATTN_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+}
+
+std::string CaseSpec::describe() const {
+  std::ostringstream os;
+  os << "seed=" << seed << " (rerun with ATTN_TEST_SEED=" << seed << ") block_size=" << block_size << " seqs=[";
+  for (std::size_t i = 0; i < seqs.size(); ++i) os << (i ? " " : "") << seqs[i].context_len << "+" << seqs[i].query_len;
+  os << "] permute=" << permute_blocks << " alias=" << alias_prefix << " " << config.to_string();
+  return os.str();
+}
+
+namespace {
+
+// Rounds x to what dtype d can hold (through the library's scalar conversion).
+double round_to(double x, DType d) {
+  float tmp[1];
+  uint8_t raw[4];
+  (void)tmp;
+  store_from_float(raw, d, 0, float(x));
+  return load_as_float(raw, d, 0);
+}
+
+Buffer random_buffer(std::mt19937_64& rng, DType d, std::vector<int64_t> shape, float range) {
+  Buffer b(d, std::move(shape));
+  std::uniform_real_distribution<float> u(-range, range);
+  const int64_t n = b.view().numel();
+  for (int64_t i = 0; i < n; ++i) store_from_float(b.data(), d, i, u(rng));
+  return b;
+}
+
+}  // namespace
+
+Case make_case(const CaseSpec& spec, const std::string& backend) {
+  const LayerConfig& cfg = spec.config;
+  if (cfg.use_mla) throw Error("make_case: MLA layers use the MLA oracle (tests/support/mla_reference)");
+  auto desc = Registry::instance().find(backend);
+  if (!desc) throw Error("make_case: unknown backend " + backend);
+  Case c;
+  c.spec = spec;
+  c.backend = backend;
+  std::mt19937_64 rng(spec.seed);
+  const int bs = spec.block_size, H = cfg.num_heads, Hkv = cfg.num_kv_heads, D = cfg.head_size,
+            Dv = cfg.effective_head_size_v();
+  const DType io = cfg.dtype;
+
+  c.params.config = cfg;
+  c.params.scale = spec.scale;
+  c.params.num_threads = spec.num_threads;
+  if (cfg.has_sink) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (int h = 0; h < H; ++h) c.params.sinks.push_back(u(rng));
+  }
+  c.impl = Registry::instance().create(backend, c.params);
+
+  // Block tables: sequence 0 first; with alias_prefix, others reuse its full context blocks.
+  const std::size_t S = spec.seqs.size();
+  std::vector<int> lens(S), shared(S, 0);
+  int total_blocks = spec.spare_blocks;
+  for (std::size_t s = 0; s < S; ++s) {
+    lens[s] = spec.seqs[s].context_len + spec.seqs[s].query_len;
+    if (spec.alias_prefix && s > 0) shared[s] = std::min(spec.seqs[0].context_len, spec.seqs[s].context_len) / bs;
+    total_blocks += (lens[s] + bs - 1) / bs - shared[s];
+  }
+  total_blocks = std::max(total_blocks, 1);
+  std::vector<int32_t> pool(static_cast<std::size_t>(total_blocks));
+  for (int i = 0; i < total_blocks; ++i) pool[std::size_t(i)] = i;
+  if (spec.permute_blocks) std::shuffle(pool.begin(), pool.end(), rng);
+  std::size_t next = 0;
+  std::vector<std::vector<int32_t>> tables(S);
+  for (std::size_t s = 0; s < S; ++s) {
+    const int nb = (lens[s] + bs - 1) / bs;
+    for (int b = 0; b < nb; ++b) tables[s].push_back(b < shared[s] ? tables[0][std::size_t(b)] : pool[next++]);
+  }
+
+  KVCacheSpec cs = desc->cache_spec(cfg, total_blocks, bs);
+  cs.per_head_scales = spec.per_head_scales;
+  c.cache = std::make_unique<KVCache>(cs);
+  const bool fp8 = cs.dtype == DType::fp8_e4m3 || cs.dtype == DType::fp8_e5m2;
+  if (fp8) {
+    const float base = spec.value_range / 100.0f;  // values land well inside the fp8 range
+    std::vector<float> ks(spec.per_head_scales ? std::size_t(Hkv) : 1), vs(ks.size());
+    for (std::size_t h = 0; h < ks.size(); ++h) {
+      ks[h] = base * (1.0f + 0.37f * float(h));
+      vs[h] = base * (1.3f + 0.21f * float(h));
+    }
+    c.cache->set_scales(ks, vs);
+  }
+  c.cache->fill(std::numeric_limits<float>::quiet_NaN());  // unused slots are poison
+
+  // K/V for every position of every sequence (shared prefix positions equal sequence 0's).
+  c.dense_k.resize(S);
+  c.dense_v.resize(S);
+  for (std::size_t s = 0; s < S; ++s) {
+    const int len = lens[s], first_new = shared[s] * bs;
+    Buffer k = random_buffer(rng, io, {len, Hkv, D}, spec.value_range);
+    Buffer v = random_buffer(rng, io, {len, Hkv, Dv}, spec.value_range);
+    // Dense fp64 copies of what the cache will hold.
+    auto& dk = c.dense_k[s];
+    auto& dv = c.dense_v[s];
+    dk.resize(std::size_t(len) * Hkv * D);
+    dv.resize(std::size_t(len) * Hkv * Dv);
+    for (int t = 0; t < len; ++t)
+      for (int h = 0; h < Hkv; ++h) {
+        const float ksc = c.cache->k_scales()[std::size_t(h)], vsc = c.cache->v_scales()[std::size_t(h)];
+        for (int x = 0; x < D; ++x) {
+          const std::size_t i = (std::size_t(t) * Hkv + h) * D + x;
+          if (t < first_new) { dk[i] = c.dense_k[0][i]; continue; }
+          const double val = load_as_float(k.data(), io, int64_t(i));
+          dk[i] = fp8 ? round_to(val / ksc, cs.dtype) * ksc : round_to(val, cs.dtype);
+        }
+        for (int x = 0; x < Dv; ++x) {
+          const std::size_t i = (std::size_t(t) * Hkv + h) * Dv + x;
+          if (t < first_new) { dv[i] = c.dense_v[0][i]; continue; }
+          const double val = load_as_float(v.data(), io, int64_t(i));
+          dv[i] = fp8 ? round_to(val / vsc, cs.dtype) * vsc : round_to(val, cs.dtype);
+        }
+      }
+    // Write only the positions this sequence owns, through the backend's write_kv.
+    const int n_new = len - first_new;
+    if (n_new == 0) continue;
+    BatchMetadata wmd = BatchMetadata::build({SequenceSpec{first_new, n_new, tables[s]}}, bs, total_blocks, true);
+    const std::size_t es = dtype_size(io);
+    TensorView kv_k = TensorView::contiguous(static_cast<char*>(k.data()) + std::size_t(first_new) * Hkv * D * es, io, {n_new, Hkv, D});
+    TensorView kv_v = TensorView::contiguous(static_cast<char*>(v.data()) + std::size_t(first_new) * Hkv * Dv * es, io, {n_new, Hkv, Dv});
+    c.impl->write_kv(kv_k, kv_v, *c.cache, wmd);
+  }
+
+  std::vector<SequenceSpec> step;
+  for (std::size_t s = 0; s < S; ++s) step.push_back({spec.seqs[s].context_len, spec.seqs[s].query_len, tables[s]});
+  c.md = BatchMetadata::build(step, bs, total_blocks, cfg.causal());
+  c.q = random_buffer(rng, io, {c.md.num_tokens, H, D}, spec.value_range);
+  c.out = Buffer(io, {c.md.num_tokens, H, Dv});
+  return c;
+}
+
+void run_forward(Case& c) {
+  const int64_t n = c.out.view().numel();
+  for (int64_t i = 0; i < n; ++i) store_from_float(c.out.data(), c.out.dtype(), i, std::numeric_limits<float>::quiet_NaN());
+  c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view());
+}
+
+std::vector<double> reference_attention(const Case& c) {
+  const LayerConfig& cfg = c.params.config;
+  const int H = cfg.num_heads, Hkv = cfg.num_kv_heads, D = cfg.head_size, Dv = cfg.effective_head_size_v();
+  const int group = H / Hkv;
+  const double scale = c.params.scale > 0 ? c.params.scale : 1.0 / std::sqrt(double(D));
+  std::vector<float> slopes = c.params.alibi_slopes;
+  if (cfg.use_alibi && slopes.empty()) slopes = alibi_slopes(H);
+  std::vector<double> out(std::size_t(c.md.num_tokens) * H * Dv, 0.0);
+  for (int s = 0; s < c.md.num_seqs; ++s) {
+    const int len = c.md.seq_lens[s], ql = c.md.query_len(s), q0 = c.md.query_start_loc[s];
+    const auto& K = c.dense_k[std::size_t(s)];
+    const auto& V = c.dense_v[std::size_t(s)];
+    for (int i = 0; i < ql; ++i) {
+      const int qpos = len - ql + i;
+      for (int h = 0; h < H; ++h) {
+        const int kh = h / group;
+        std::vector<double> logits;
+        std::vector<int> keys;
+        for (int t = 0; t < len; ++t) {
+          if (c.md.causal && t > qpos) continue;
+          if (cfg.sliding_window > 0 && t <= qpos - cfg.sliding_window) continue;
+          double dot = 0;
+          for (int x = 0; x < D; ++x)
+            dot += double(load_as_float(c.q.data(), c.q.dtype(), (int64_t(q0 + i) * H + h) * D + x)) *
+                   K[(std::size_t(t) * Hkv + kh) * D + x];
+          double sc = dot * scale;
+          if (cfg.logits_soft_cap > 0) sc = cfg.logits_soft_cap * std::tanh(sc / cfg.logits_soft_cap);
+          if (cfg.use_alibi) sc += double(slopes[std::size_t(h)]) * double(t - qpos);
+          logits.push_back(sc);
+          keys.push_back(t);
+        }
+        double m = -std::numeric_limits<double>::infinity();
+        for (double l : logits) m = std::max(m, l);
+        if (cfg.has_sink) m = std::max(m, double(c.params.sinks[std::size_t(h)]));
+        double denom = cfg.has_sink ? std::exp(double(c.params.sinks[std::size_t(h)]) - m) : 0.0;
+        std::vector<double> acc(static_cast<std::size_t>(Dv), 0.0);
+        for (std::size_t j = 0; j < logits.size(); ++j) {
+          const double p = std::exp(logits[j] - m);
+          denom += p;
+          for (int x = 0; x < Dv; ++x) acc[std::size_t(x)] += p * V[(std::size_t(keys[j]) * Hkv + kh) * Dv + x];
+        }
+        for (int x = 0; x < Dv; ++x)
+          out[(std::size_t(q0 + i) * H + h) * Dv + x] = denom > 0 ? acc[std::size_t(x)] / denom : 0.0;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> output_values(const Case& c) {
+  const int64_t n = c.out.view().numel();
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[std::size_t(i)] = load_as_float(c.out.data(), c.out.dtype(), i);
+  return v;
+}
+
+CompareResult compare_output(const Case& c, const std::vector<double>& ref, Tolerance tol) {
+  CompareResult r;
+  const auto got = output_values(c);
+  const int H = c.params.config.num_heads;
+  const int Dv = int(c.out.shape().back());
+  if (got.size() != ref.size()) {
+    r.ok = false;
+    r.message = "output size " + std::to_string(got.size()) + " != reference size " + std::to_string(ref.size());
+    return r;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - ref[i]);
+    const bool bad = !std::isfinite(got[i]) || err > tol.atol + tol.rtol * std::fabs(ref[i]);
+    if (std::isfinite(err)) r.max_abs_err = std::max(r.max_abs_err, err);
+    if (bad && r.ok) {
+      r.ok = false;
+      const std::size_t tok = i / (std::size_t(H) * Dv), h = (i / Dv) % H, x = i % Dv;
+      std::ostringstream os;
+      os << (std::isfinite(got[i]) ? "mismatch" : "unwritten/NaN") << " at token " << tok << " head " << h << " dim " << x
+         << ": got " << got[i] << ", expected " << ref[i] << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
+      r.message = os.str();
+    }
+  }
+  return r;
+}
+
+CompareResult check_backend(const CaseSpec& spec, const std::string& backend) {
+  Case c = make_case(spec, backend);
+  run_forward(c);
+  const DType kv = c.cache->spec().dtype;
+  return compare_output(c, reference_attention(c), tolerance(spec.config.dtype, kv));
+}
+
+}  // namespace attn::test

@@ -1,0 +1,79 @@
+#pragma once
+// Shared test machinery: the tolerance table (the ONE place tolerances live), random ragged
+// batches over a paged cache (permuted / aliased block tables, NaN poison), an independent fp64
+// dense attention reference, and a comparison that also proves every output was written.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+
+namespace attn::test {
+
+/// |out - ref| <= atol + rtol * |ref| element-wise.
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+/// Central tolerance table, by q/out dtype and KV-cache storage dtype, against the fp64 reference.
+Tolerance tolerance(DType io, DType kv_storage);
+
+/// A fresh seed per run (env ATTN_TEST_SEED pins it); print it on failure to reproduce.
+uint64_t fresh_seed();
+
+struct SeqShape {
+  int context_len = 0;  // tokens already cached
+  int query_len = 1;    // new tokens this step
+};
+
+struct CaseSpec {
+  LayerConfig config;
+  std::vector<SeqShape> seqs;
+  int block_size = 16;
+  uint64_t seed = 1;
+  bool permute_blocks = true;   // block tables are a random permutation of the pool
+  bool alias_prefix = false;    // every sequence shares sequence 0's full leading blocks
+  int spare_blocks = 3;         // unused (NaN-poisoned) blocks in the pool
+  float scale = 0;              // 0 → 1/sqrt(head_size)
+  bool per_head_scales = false; // fp8 caches: one scale per KV head (else per tensor)
+  int num_threads = 0;
+  float value_range = 1.0f;     // q/k/v ~ U(-range, range)
+  std::string describe() const; // one line with the seed, for failure messages
+};
+
+/// A prepared case: cache written through the backend's write_kv, metadata for the step, q,
+/// and a NaN-poisoned output buffer.
+struct Case {
+  CaseSpec spec;
+  LayerParams params;
+  std::string backend;
+  std::unique_ptr<AttentionImpl> impl;
+  std::unique_ptr<KVCache> cache;
+  BatchMetadata md;
+  Buffer q, out;
+  // Dense fp64 copies as the cache holds them (dequantized): per sequence [len, kv_heads, d].
+  std::vector<std::vector<double>> dense_k, dense_v;
+};
+
+/// Builds the case for `backend` (its cache layout, its write_kv). Throws on invalid specs.
+Case make_case(const CaseSpec& spec, const std::string& backend);
+/// Poisons `out` with NaN and runs forward.
+void run_forward(Case& c);
+/// fp64 dense attention over the case ([num_tokens, num_heads, head_size_v], row-major).
+std::vector<double> reference_attention(const Case& c);
+
+struct CompareResult {
+  bool ok = true;
+  double max_abs_err = 0;
+  std::string message;  // first failing element, with coordinates
+};
+/// Compares c.out with `ref` under `tol`; any NaN (unwritten poison) fails.
+CompareResult compare_output(const Case& c, const std::vector<double>& ref, Tolerance tol);
+/// Convenience: make, run, compare against the fp64 reference with the central tolerance.
+CompareResult check_backend(const CaseSpec& spec, const std::string& backend);
+
+/// Output as doubles (row-major).
+std::vector<double> output_values(const Case& c);
+
+}  // namespace attn::test

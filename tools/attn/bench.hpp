@@ -1,0 +1,19 @@
+#pragma once
+/// `attn bench`: backends side by side on the shapes, as ratios against the machine's
+/// measured ceilings and against `reference`. Implemented in bench.cpp.
+#include <string>
+
+namespace attn_cli {
+
+struct BenchOptions {
+  bool json = false;          // print {"name": value, ...} figures
+  std::string filter;         // substring filter on shape names ("" = all)
+  bool quick = false;         // short sizes / few repeats (CI smoke)
+  int threads = 0;            // 0 = all cores
+  std::string csv_path;       // also write CSV here when set
+};
+
+/// Runs the benchmark; returns the process exit code.
+int run_bench(const BenchOptions& options);
+
+}  // namespace attn_cli
