@@ -1,0 +1,200 @@
+#pragma once
+/// Mamba-family mixers: state-space (Mamba-1, Mamba-2 SSD), LFM2 gated short convolution,
+/// MiniMax-style linear attention with per-head decay and Qwen3-Next gated delta net; their
+/// per-slot state cache, batch metadata, backends and `select_mamba` (vLLM's
+/// get_mamba_attn_backend). Every tensor is float32; T = tokens of all sequences concatenated.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/layer_config.hpp"
+#include "attn/platform.hpp"
+#include "attn/selector.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+/// Shapes of one mixer layer. The fields each type reads:
+///   mamba1:     d_inner, d_state, d_conv
+///   mamba2:     num_heads, head_dim (d_inner = num_heads * head_dim), d_state, n_groups, d_conv
+///   short_conv: d_inner (hidden size), d_conv (LFM2's conv_L_cache)
+///   linear:     num_heads, head_k_dim, head_v_dim (no convolution)
+///   gdn:        num_k_heads, num_heads (value heads, a multiple of num_k_heads), head_k_dim,
+///               head_v_dim, d_conv
+///   custom:     d_inner, d_state, d_conv (state shaped like mamba1; the backend defines the rest)
+struct MixerConfig {
+  MambaType type = MambaType::mamba1;
+  int d_inner = 0;
+  int d_state = 0;
+  int d_conv = 0;        // conv kernel width; the conv state keeps d_conv - 1 inputs
+  int n_groups = 1;
+  int num_heads = 0;
+  int head_dim = 0;
+  int num_k_heads = 0;
+  int head_k_dim = 0;
+  int head_v_dim = 0;
+
+  /// Channels of the causal conv: mamba1/short_conv/custom d_inner; mamba2 d_inner + 2·n_groups·d_state;
+  /// gdn 2·num_k_heads·head_k_dim + num_heads·head_v_dim; linear 0.
+  int conv_dim() const;
+  /// Output features per token (mamba1/2, short_conv: d_inner; linear/gdn: num_heads·head_v_dim).
+  int out_dim() const;
+  std::vector<int64_t> conv_state_shape(int32_t slots) const;  // [slots, conv_dim, d_conv - 1]
+  /// mamba1 [slots, d_inner, d_state]; mamba2 [slots, heads, head_dim, d_state];
+  /// linear / gdn [slots, heads, head_k_dim, head_v_dim]; short_conv [slots, 0].
+  std::vector<int64_t> ssm_state_shape(int32_t slots) const;
+  /// Rejects zero / negative sizes and heads that do not divide (attn::Error naming the field).
+  void validate() const;
+  std::string to_string() const;
+  /// From ModelLayer::mixer_dims. Keys: d_inner, d_state, d_conv, n_groups, num_heads, head_dim,
+  /// num_k_heads, head_k_dim, head_v_dim; a missing required key → attn::Error naming it.
+  static MixerConfig from_dims(MambaType type, const std::map<std::string, double>& dims);
+  bool operator==(const MixerConfig&) const = default;
+};
+
+/// The layer's weights the kernels apply (projections stay outside: inputs arrive projected).
+struct MixerParams {
+  MixerConfig config;
+  /// Log-decay rates, all <= 0: mamba1 [d_inner, d_state] and mamba2 / gdn [num_heads] are
+  /// A = -exp(A_log); linear [num_heads] is -slope (state decays by exp(A) per token).
+  std::vector<float> A;
+  std::vector<float> D;            // skip: mamba1 [d_inner], mamba2 [num_heads]; empty = 0
+  std::vector<float> dt_bias;      // mamba1 [d_inner], mamba2 / gdn [num_heads]; empty = 0
+  std::vector<float> conv_weight;  // [conv_dim, d_conv]
+  std::vector<float> conv_bias;    // [conv_dim]; empty = no bias
+  float scale = 0.0f;              // q scale (linear, gdn); 0 → 1 for linear, 1/sqrt(head_k_dim) for gdn
+  /// Prefill chunk length of the chunked forms (mamba2, linear, gdn); 0 = run prefill with the
+  /// sequential recurrence (the baseline the chunked form is measured against).
+  int chunk_size = 64;
+  int num_threads = 0;             // 0 → all cores
+
+  float effective_scale() const;
+  /// Throws attn::Error if a weight vector's length does not match the config.
+  void validate() const;
+};
+
+/// Per-token inputs, already projected (float32, contiguous). Which fields each type reads:
+struct MixerInputs {
+  /// Before the conv: mamba1 x [T, d_inner]; mamba2 xBC [T, conv_dim] (x | B | C);
+  /// short_conv BCx [T, 3·d_inner] (B | C | x); gdn qkv [T, conv_dim] (q | k | v);
+  /// linear q [T, num_heads, head_k_dim].
+  TensorView x;
+  /// True when `x` already went through MixerImpl::conv this step (Mamba-1 computes dt, B, C
+  /// from the conv output, so a real Mamba-1 layer calls conv(), projects, then forward()).
+  bool x_is_convolved = false;
+  TensorView k, v;  // linear: [T, num_heads, head_k_dim], [T, num_heads, head_v_dim]
+  TensorView dt;    // before dt_bias and softplus: mamba1 [T, d_inner]; mamba2 [T, num_heads]; gdn a [T, num_heads]
+  TensorView B, C;  // mamba1: [T, d_state]
+  TensorView b;     // gdn: [T, num_heads], before the sigmoid that gives beta
+  TensorView z;     // optional gate, y *= silu(z): mamba1 / mamba2 [T, d_inner]
+};
+
+/// The step's sequences as a mixer sees them: where each one's tokens are, which state slot it
+/// owns, and whether that slot holds a state to continue (chunked prefill, prefix reuse, decode)
+/// or must be treated as zero (a fresh prefill). The final state is always written back.
+struct MixerBatch {
+  int32_t num_seqs = 0;
+  int32_t num_tokens = 0;
+  std::vector<int32_t> query_start_loc;    // [num_seqs + 1], prefix sums of new-token counts
+  std::vector<int32_t> state_slots;        // [num_seqs], distinct, in [0, num_slots)
+  std::vector<uint8_t> has_initial_state;  // [num_seqs], 0 / 1
+
+  int32_t query_len(int s) const { return query_start_loc[s + 1] - query_start_loc[s]; }
+  static MixerBatch build(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& state_slots,
+                          const std::vector<uint8_t>& has_initial_state, int32_t num_slots);
+  /// Re-validates hand-assembled metadata: sizes, monotone query_start_loc, slots in range and
+  /// distinct (two sequences updating one slot would race), flags 0 / 1.
+  void validate(int32_t num_slots) const;
+  std::string to_string() const;
+};
+
+/// Per-slot states of one mixer layer (the analogue of the paged KV cache), float32, zeroed.
+class MambaStateCache {
+ public:
+  MambaStateCache(const MixerConfig& config, int32_t num_slots);
+
+  const MixerConfig& config() const { return config_; }
+  int32_t num_slots() const { return num_slots_; }
+  TensorView conv_state() const;  // config.conv_state_shape(num_slots)
+  TensorView ssm_state() const;   // config.ssm_state_shape(num_slots)
+  int64_t conv_slot_floats() const { return conv_per_slot_; }
+  int64_t ssm_slot_floats() const { return ssm_per_slot_; }
+  float* conv_slot(int32_t slot) const;  // checked
+  float* ssm_slot(int32_t slot) const;   // checked
+  std::size_t bytes() const { return conv_.bytes() + ssm_.bytes(); }
+
+  void reset_slot(int32_t slot);              // zero both states
+  void copy_slot(int32_t src, int32_t dst);   // prefix reuse: fork a sequence's state
+  void fill(float value);                     // tests: poison
+
+ private:
+  void check_slot(int32_t slot, const char* arg) const;
+  MixerConfig config_;
+  int32_t num_slots_ = 0;
+  int64_t conv_per_slot_ = 0, ssm_per_slot_ = 0;
+  Buffer conv_, ssm_;
+};
+
+/// One mixer layer served by one backend.
+class MixerImpl {
+ public:
+  explicit MixerImpl(MixerParams params);
+  virtual ~MixerImpl() = default;
+  const MixerParams& params() const { return params_; }
+
+  /// Causal depthwise conv1d over this step's tokens, continuing each sequence's conv state and
+  /// leaving its last d_conv - 1 inputs behind; SiLU after it except for short_conv.
+  /// x, out: [T, conv_dim] (out may alias x only if it is a distinct buffer: no in-place).
+  void conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
+  /// The whole mixer for a mixed batch of prefill and decode sequences. out: [T, d_inner]
+  /// (mamba1, mamba2, short_conv) or [T, num_heads, head_v_dim] (linear, gdn).
+  virtual void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) = 0;
+  /// The kernel variant that runs ("avx512" / "generic").
+  virtual std::string variant() const;
+
+ protected:
+  /// Checks state / metadata / out against the config (shared by every backend).
+  void check_common(const MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
+  MixerParams params_;
+};
+
+struct MixerDescriptor {
+  std::string name;
+  std::string summary;
+  std::vector<MambaType> types;  // the mixer types it serves
+  std::function<std::string(const Platform&)> variant;
+  std::function<std::unique_ptr<MixerImpl>(const MixerParams&)> create;
+};
+
+/// Adds a mixer backend (how a `custom` mixer is provided). Throws if the name is taken.
+void register_mixer(MixerDescriptor desc);
+/// Built-ins (src/mamba/mixer_list.inc) then registered ones, in order.
+std::vector<std::shared_ptr<const MixerDescriptor>> mixer_backends();
+std::shared_ptr<const MixerDescriptor> find_mixer(const std::string& name);
+/// Builds a mixer; unknown name → attn::Error listing the known mixer backends.
+std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params);
+
+struct MambaSelectOptions {
+  std::string backend;      // forced ("" or "auto" = none): highest precedence
+  bool use_env = true;      // then env ATTN_MAMBA_BACKEND
+  std::optional<Platform> platform;  // default: this machine's CPU
+};
+
+/// The mixer backend for a layer type: a deterministic mapping (mamba1→mamba1, mamba2→mamba2,
+/// short_conv→short_conv, linear_attention→linear, gdn_attention→gdn, custom→the registered
+/// one). Cached and thread-safe. The Decision's config stays default; its notes name the type,
+/// its candidates list every mixer backend with the reason it does not serve the type.
+Decision select_mamba(MambaType type, const MambaSelectOptions& options = {});
+void clear_mamba_selector_cache();
+SelectorCacheStats mamba_selector_cache_stats();
+
+/// Named benchmark figures: decode state bytes read + written ÷ time (GB/s, and as a fraction
+/// of `dram_gbps` when > 0), and the chunked prefill's speed-up over the sequential recurrence.
+std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, double dram_gbps = 0.0);
+
+}  // namespace attn

@@ -1,0 +1,51 @@
+// gdn: gated delta net (Qwen3-Next linear attention) — conv + SiLU over q|k|v, L2-normalised
+// q/k, decay g = A·softplus(a + dt_bias), β = sigmoid(b); chunked prefill, recurrent decode.
+// The output gate (RMSNormGated with z) belongs to the model, after this mixer.
+#include <vector>
+
+#include "attn/error.hpp"
+#include "attn/mamba.hpp"
+#include "backends/gdn/gdn_kernel.hpp"
+#include "mamba/mixer_support.hpp"
+
+namespace attn {
+namespace {
+
+class GdnImpl final : public MixerImpl {
+ public:
+  using MixerImpl::MixerImpl;
+
+  void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) override {
+    check_common(state, md, out);
+    const MixerConfig& c = params_.config;
+    const int64_t T = md.num_tokens, H = c.num_heads, dk = c.head_k_dim, dv = c.head_v_dim, CD = c.conv_dim();
+    mixer::check_input(in.x, "qkv (x)", {T, CD});
+    mixer::check_input(in.dt, "a (dt)", {T, H});
+    mixer::check_input(in.b, "b", {T, H});
+    std::vector<float> conv_out;
+    const float* qkv = in.x.ptr<const float>();
+    if (!in.x_is_convolved) {
+      conv_out.resize(std::size_t(T * CD));
+      conv(in.x, state, md, TensorView::contiguous(conv_out.data(), DType::float32, {T, CD}));
+      qkv = conv_out.data();
+    }
+    const mixer::GdnScan args{qkv, in.dt.ptr<const float>(), in.b.ptr<const float>(), params_.A.data(),
+                              params_.dt_bias.empty() ? nullptr : params_.dt_bias.data(), out.ptr<float>(),
+                              params_.effective_scale(), H, c.num_k_heads, dk, dv, CD};
+    auto scan = mixer::use_avx512() ? mixer::avx512::gdn_scan : mixer::generic::gdn_scan;
+    const int64_t L = params_.chunk_size;
+    mixer::for_each_seq_head(
+        md, state, H, dk * dv, params_.num_threads,
+        [&](int64_t len) { return mixer::gdn_scratch_floats(len > 1 && L > 0 ? L : 0, dk, dv); },
+        [&](int64_t t0, int64_t len, int64_t h, float* S, float* scratch) { scan(args, t0, len, h, L, S, scratch); });
+  }
+};
+
+}  // namespace
+}  // namespace attn
+
+attn::MixerDescriptor gdn_mixer_descriptor() {
+  return attn::mixer::make_descriptor<attn::GdnImpl>(
+      "gdn", "gated delta net (Qwen3-Next): conv + L2-normalised q/k, chunked delta rule prefill, recurrent decode",
+      attn::MambaType::gdn_attention);
+}

@@ -1,0 +1,3 @@
+// Mamba-1 scan, portable build.
+#define ATTN_MIXER_ISA generic
+#include "backends/mamba1/mamba1_kernel.inc"

@@ -1,0 +1,3 @@
+// Mamba-2 SSD scan, portable build.
+#define ATTN_MIXER_ISA generic
+#include "backends/mamba2/mamba2_kernel.inc"
