@@ -1,0 +1,24 @@
+#pragma once
+/// Run-time choice of the kernel build: the best the CPU supports, or the one env
+/// ATTN_CPU_ISA=avx512_bf16|avx512|avx2|generic forces (capped at what the CPU supports, so a
+/// forced variant can never fault). Tests use the override to cover every variant.
+#include <string>
+#include <string_view>
+
+#include "attn/platform.hpp"
+#include "backends/cpu_flash/kernel_args.hpp"
+
+namespace attn::cpu_flash {
+
+enum class Isa : int { generic = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
+
+std::string_view to_string(Isa isa);
+/// The best variant `platform` can run.
+Isa best_isa(const Platform& platform);
+/// best_isa capped by ATTN_CPU_ISA when set; throws attn::Error for an unknown name.
+Isa chosen_isa(const Platform& platform);
+/// The item kernel for this ISA, cache type and q dtype (falls back to the next variant down
+/// when a build has no kernel for the combination, e.g. bf16 dot products for fp16 q).
+ItemFn kernel_for(Isa isa, KvType kv, DType q);
+
+}  // namespace attn::cpu_flash

@@ -1,0 +1,13 @@
+// Portable build of the cpu_flash kernel: no ISA flags, runs on any CPU (x86-64 baseline, ARM).
+#define ATTN_CF_NS generic
+#include "backends/cpu_flash/simd_scalar.hpp"
+#include "backends/cpu_flash/kernel_impl.hpp"
+
+namespace attn::cpu_flash {
+
+const KernelTable& kernels_generic() {
+  static const KernelTable table = generic::make_table<generic::QkF32>();
+  return table;
+}
+
+}  // namespace attn::cpu_flash

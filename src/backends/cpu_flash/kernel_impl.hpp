@@ -1,0 +1,282 @@
+#pragma once
+/// The cpu_flash kernel, written once over a vector-traits class `Simd` and compiled per ISA:
+/// each *.avx512.cpp / *.avx2.cpp / portable .cpp defines ATTN_CF_NS, includes its simd_*.hpp
+/// and then this file, so every function here lives in that ISA's own namespace (no ODR mixing
+/// of code built with different -m flags).
+///
+/// One work item = one query tile (all q heads of one KV head, token-major rows) against a KV
+/// range. Per 32-key chunk: S = Q·Kᵀ in register micro-tiles (each K row is read once for all
+/// rows of the tile, i.e. once for the whole GQA group), scale / soft-cap / ALiBi / mask, online
+/// softmax, then O = O·alpha + P·V, again in register micro-tiles. K and V are dequantized in
+/// registers as they are loaded; fp32 accumulation throughout.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "attn/numeric.hpp"
+#include "attn/tensor.hpp"
+#include "backends/cpu_flash/kernel_args.hpp"
+
+namespace attn::cpu_flash::ATTN_CF_NS {
+
+/// Keys per online-softmax step: 32 keys × 64 rows of logits (8 KiB) stay in L1.
+constexpr int kChunk = 32;
+/// Q rows are padded to a multiple of 32 elements (the bf16 dot step), zeros in the padding.
+constexpr int kQAlign = 32;
+
+template <KvType T>
+constexpr int kv_bytes() {
+  if constexpr (T == KvType::f32) return 4;
+  if constexpr (T == KvType::f16 || T == KvType::bf16) return 2;
+  return 1;
+}
+
+inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+/// The query tile: fp32 rows, plus bf16 rows when the Q·Kᵀ policy uses bf16 dot products.
+struct QTile {
+  const float* f = nullptr;
+  const uint16_t* b = nullptr;
+  int ld = 0;  // elements per row (both copies)
+};
+
+/// Q·Kᵀ policy: fp32 FMA on K dequantized in registers. RB rows × KB keys per micro-tile
+/// (RB·KB = Simd::kAcc accumulators), reduced with one transpose-add tree.
+struct QkF32 {
+  static constexpr bool kNeedsBf16 = false;
+
+  template <class S, KvType T, int RB, int KB, bool Tail>
+  static void step(typename S::F* acc, const QTile& q, int r0, const void* const* k, int x, int d) {
+    using F = typename S::F;
+    F kv[KB];
+    for (int j = 0; j < KB; ++j) {
+      const void* p = static_cast<const char*>(k[j]) + int64_t(x) * kv_bytes<T>();
+      kv[j] = Tail ? S::template load_kv_tail<T>(p, d - x) : S::template load_kv<T>(p);
+    }
+    for (int i = 0; i < RB; ++i) {
+      const F qv = S::loadu(q.f + int64_t(r0 + i) * q.ld + x);
+      for (int j = 0; j < KB; ++j) acc[i * KB + j] = S::fma(qv, kv[j], acc[i * KB + j]);
+    }
+  }
+
+  template <class S, KvType T, int RB, int KB>
+  static void block(const QTile& q, int r0, const void* const* k, int d, float* s, int lds) {
+    typename S::F acc[RB * KB];
+    for (auto& a : acc) a = S::zero();
+    int x = 0;
+    for (; x + S::W <= d; x += S::W) step<S, T, RB, KB, false>(acc, q, r0, k, x, d);
+    if (x < d) step<S, T, RB, KB, true>(acc, q, r0, k, x, d);
+    float sums[S::kAcc];
+    S::reduce(acc, sums);
+    for (int i = 0; i < RB; ++i)
+      for (int j = 0; j < KB; ++j) s[i * lds + j] = sums[i * KB + j];
+  }
+};
+
+/// O[RB rows, DC vectors from column c0] = O·alpha + P·V over n keys.
+template <class S, KvType T, int RB, int DC, bool Tail>
+void pv_block(float* o, int ldo, const float* alpha, const float* p, int ldp, const void* const* v, int n, int c0,
+              int tail_n) {
+  using F = typename S::F;
+  F acc[RB * DC];
+  for (int i = 0; i < RB; ++i) {
+    const F a = S::set1(alpha[i]);
+    for (int j = 0; j < DC; ++j) acc[i * DC + j] = S::mul(S::loadu(o + int64_t(i) * ldo + c0 + j * S::W), a);
+  }
+  for (int t = 0; t < n; ++t) {
+    const char* row = static_cast<const char*>(v[t]) + int64_t(c0) * kv_bytes<T>();
+    F vv[DC];
+    for (int j = 0; j < DC; ++j) {
+      const char* pj = row + j * S::W * kv_bytes<T>();
+      vv[j] = (Tail && j == DC - 1) ? S::template load_kv_tail<T>(pj, tail_n) : S::template load_kv<T>(pj);
+    }
+    for (int i = 0; i < RB; ++i) {
+      const F pb = S::set1(p[i * ldp + t]);
+      for (int j = 0; j < DC; ++j) acc[i * DC + j] = S::fma(pb, vv[j], acc[i * DC + j]);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < DC; ++j) S::storeu(o + int64_t(i) * ldo + c0 + j * S::W, acc[i * DC + j]);
+}
+
+/// Picks the compile-time vector count (DC) for `nvec` columns by recursion from the largest.
+template <class S, KvType T, int RB, int DC>
+void pv_dispatch(int nvec, bool tail, float* o, int ldo, const float* alpha, const float* p, int ldp,
+                 const void* const* v, int n, int c0, int tail_n) {
+  if constexpr (DC >= 1) {
+    if (nvec == DC) {
+      if (tail)
+        pv_block<S, T, RB, DC, true>(o, ldo, alpha, p, ldp, v, n, c0, tail_n);
+      else
+        pv_block<S, T, RB, DC, false>(o, ldo, alpha, p, ldp, v, n, c0, tail_n);
+      return;
+    }
+    pv_dispatch<S, T, RB, DC - 1>(nvec, tail, o, ldo, alpha, p, ldp, v, n, c0, tail_n);
+  }
+}
+
+/// Per-thread scratch, grown on demand and reused across calls.
+struct Scratch {
+  std::vector<float> qf, s, o, state;
+  std::vector<uint16_t> qb;
+};
+inline Scratch& scratch() {
+  thread_local Scratch sc;
+  return sc;
+}
+
+template <class S, KvType T, class Qk, int RB>
+void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
+  constexpr int KB = S::kAcc / RB;
+  constexpr int DCmax = std::min(S::kAcc / RB, 8);
+  const int g = a.group, d = a.head_size, dv = a.head_size_v;
+  const int rows = item_rows(it, g), rp = round_up(rows, RB);
+  const int ldq = round_up(d, kQAlign), ldo = round_up(dv, S::W);
+  Scratch& sc = scratch();
+  sc.qf.assign(std::size_t(rp) * ldq, 0.0f);
+  sc.s.resize(std::size_t(rp) * kChunk);
+  sc.o.assign(std::size_t(rp) * ldo, 0.0f);
+  sc.state.resize(std::size_t(rp) * 3);
+  float* m = sc.state.data();
+  float* l = m + rp;
+  float* alpha = l + rp;
+  for (int r = 0; r < rp; ++r) m[r] = -std::numeric_limits<float>::infinity(), l[r] = 0.0f, alpha[r] = 1.0f;
+
+  // Query rows: token-major, the group's heads adjacent (they are adjacent in q too).
+  const int s_idx = it.seq, h = it.kv_head;
+  const int64_t tok0 = a.query_start_loc[s_idx] + it.q_begin;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
+    float* dst = sc.qf.data() + int64_t(r) * ldq;
+    for (int x = 0; x < d; ++x) dst[x] = load_as_float(a.q, a.q_dtype, e + x);
+  }
+  QTile qt{sc.qf.data(), nullptr, ldq};
+  if constexpr (Qk::kNeedsBf16) {
+    sc.qb.resize(sc.qf.size());
+    for (std::size_t i = 0; i < sc.qf.size(); ++i) sc.qb[i] = f32_to_bf16(sc.qf[i]);
+    qt.b = sc.qb.data();
+  }
+
+  const int32_t seq_len = a.seq_lens[s_idx];
+  const int32_t first_pos = seq_len - (a.query_start_loc[s_idx + 1] - a.query_start_loc[s_idx]);
+  const int32_t p0 = first_pos + it.q_begin, p1 = first_pos + it.q_end - 1;
+  const float sscale = a.scale * a.kv.k_scales[h] * (T == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  const float cap = a.soft_cap;
+  const int32_t* bt = a.block_table + int64_t(s_idx) * a.max_blocks_per_seq;
+  const char* base = static_cast<const char*>(a.kv.base);
+  const int64_t eb = kv_bytes<T>(), head_off = int64_t(h) * a.kv.head_stride;
+  const int bs = a.kv.block_size;
+  const void* kp[kChunk + S::kAcc];
+  const void* vp[kChunk + S::kAcc];
+  float* sbuf = sc.s.data();
+  float* obuf = sc.o.data();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
+    const int n = std::min<int32_t>(kChunk, it.kv_end - c);
+    for (int j = 0; j < n; ++j) {
+      const int32_t key = c + j;
+      const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
+      kp[j] = base + e * eb;
+      vp[j] = base + (e + a.kv.v_offset) * eb;
+    }
+    const int nk = round_up(n, KB);
+    for (int j = n; j < nk; ++j) kp[j] = kp[n - 1];  // padding keys repeat a real row: never poison
+
+    for (int r0 = 0; r0 < rp; r0 += RB)
+      for (int j0 = 0; j0 < nk; j0 += KB) Qk::template block<S, T, RB, KB>(qt, r0, kp + j0, d, sbuf + r0 * kChunk + j0, kChunk);
+
+    const bool need_mask = (a.causal && c + n - 1 > p0) || (a.window > 0 && c <= p1 - a.window);
+    for (int r = 0; r < rows; ++r) {
+      float* sr = sbuf + r * kChunk;
+      const int32_t pos = first_pos + it.q_begin + r / g;
+      for (int x = 0; x < kChunk; x += S::W) {
+        typename S::F v = S::mul(S::loadu(sr + x), S::set1(sscale));
+        if (cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
+          const typename S::F e = S::exp(S::mul(v, S::set1(2.0f / cap)));
+          v = S::mul(S::set1(cap), S::sub(S::set1(1.0f), S::div(S::set1(2.0f), S::add(e, S::set1(1.0f)))));
+        }
+        S::storeu(sr + x, v);
+      }
+      if (a.alibi_slopes) {
+        const float slope = a.alibi_slopes[h * g + r % g];
+        for (int j = 0; j < n; ++j) sr[j] += slope * float(c + j - pos);
+      }
+      if (need_mask) {
+        for (int j = 0; j < n; ++j) {
+          const int32_t key = c + j;
+          if ((a.causal && key > pos) || (a.window > 0 && key <= pos - a.window)) sr[j] = kNegInf;
+        }
+      }
+      for (int j = n; j < kChunk; ++j) sr[j] = kNegInf;
+
+      // Online softmax: raise the running max, rescale what came before by alpha.
+      typename S::F mx = S::set1(kNegInf);
+      for (int x = 0; x < kChunk; x += S::W) mx = S::max(mx, S::loadu(sr + x));
+      const float m_new = std::max(m[r], S::hmax(mx));
+      if (m_new == kNegInf) {  // nothing visible yet in this row
+        alpha[r] = 1.0f;
+        for (int x = 0; x < kChunk; x += S::W) S::storeu(sr + x, S::zero());
+        continue;
+      }
+      alpha[r] = std::exp(m[r] - m_new);
+      typename S::F sum = S::zero();
+      const typename S::F mv = S::set1(m_new);
+      for (int x = 0; x < kChunk; x += S::W) {
+        const typename S::F p = S::exp(S::sub(S::loadu(sr + x), mv));
+        S::storeu(sr + x, p);
+        sum = S::add(sum, p);
+      }
+      l[r] = l[r] * alpha[r] + S::hsum(sum);
+      m[r] = m_new;
+    }
+    for (int r = rows; r < rp; ++r)
+      for (int j = 0; j < kChunk; ++j) sbuf[r * kChunk + j] = 0.0f;
+
+    const int nvec = (dv + S::W - 1) / S::W, tail_n = dv % S::W;
+    for (int r0 = 0; r0 < rp; r0 += RB) {
+      for (int v0 = 0; v0 < nvec; v0 += DCmax) {
+        const int cnt = std::min(DCmax, nvec - v0);
+        const bool tail = tail_n != 0 && v0 + cnt == nvec;
+        pv_dispatch<S, T, RB, DCmax>(cnt, tail, obuf + int64_t(r0) * ldo, ldo, alpha + r0, sbuf + r0 * kChunk, kChunk, vp,
+                                     n, v0 * S::W, tail_n);
+      }
+    }
+  }
+
+  if (it.partial >= 0) {
+    float* po = partials + it.partial;
+    for (int r = 0; r < rows; ++r) std::copy(obuf + int64_t(r) * ldo, obuf + int64_t(r) * ldo + dv, po + int64_t(r) * dv);
+    std::copy(m, m + rows, po + int64_t(rows) * dv);
+    std::copy(l, l + rows, po + int64_t(rows) * (dv + 1));
+    return;
+  }
+  for (int r = 0; r < rows; ++r) store_row(a, tok0 + r / g, h * g + r % g, obuf + int64_t(r) * ldo, m[r], l[r]);
+}
+
+/// Row-block size by tile height: 4 rows share each K/V load when there are enough rows.
+template <class S, KvType T, class Qk>
+void run_item(const KernelArgs& a, const WorkItem& it, float* partials) {
+  const int rows = item_rows(it, a.group);
+  if (rows >= 4)
+    run_rows<S, T, Qk, 4>(a, it, partials);
+  else if (rows >= 2)
+    run_rows<S, T, Qk, 2>(a, it, partials);
+  else
+    run_rows<S, T, Qk, 1>(a, it, partials);
+}
+
+template <class Qk>
+KernelTable make_table() {
+  KernelTable t;
+  t.by_kv[int(KvType::f32)] = &run_item<Simd, KvType::f32, Qk>;
+  t.by_kv[int(KvType::f16)] = &run_item<Simd, KvType::f16, Qk>;
+  t.by_kv[int(KvType::bf16)] = &run_item<Simd, KvType::bf16, Qk>;
+  t.by_kv[int(KvType::e4m3)] = &run_item<Simd, KvType::e4m3, Qk>;
+  t.by_kv[int(KvType::e5m2)] = &run_item<Simd, KvType::e5m2, Qk>;
+  return t;
+}
+
+}  // namespace attn::cpu_flash::ATTN_CF_NS
