@@ -1,0 +1,112 @@
+// config.json → ModelSpec: picks the family from architectures[0] (or model_type), resolves the
+// precision fields once, and lets the family lay out the layers.
+#include <nlohmann/json.hpp>
+
+#include "attn/error.hpp"
+#include "attn/model.hpp"
+#include "models/families.hpp"
+
+namespace attn {
+namespace {
+
+using nlohmann::json;
+
+const models::Family* find_family(const std::string& architecture, const std::string& model_type) {
+  for (const auto& f : models::families()) {
+    for (auto a : f.architectures) if (a == architecture) return &f;
+  }
+  for (const auto& f : models::families()) {
+    for (auto t : f.model_types) if (t == model_type) return &f;
+  }
+  return nullptr;
+}
+
+std::string known_architectures() {
+  std::vector<std::string> names;
+  for (const auto& f : models::families()) {
+    for (auto a : f.architectures) names.emplace_back(a);
+  }
+  return join(names);
+}
+
+/// The model's dtype: torch_dtype (or the newer `dtype`) of the text config, then of the outer
+/// config. Like vLLM's "auto", float32 checkpoints and configs without a dtype run in bfloat16.
+DType config_dtype(const models::ConfigReader& text, const models::ConfigReader& top) {
+  for (const auto* r : {&text, &top}) {
+    for (const char* field : {"torch_dtype", "dtype"}) {
+      if (!r->has(field)) continue;
+      std::string name = r->string_or(field, "");
+      DType d;
+      try {
+        d = parse_dtype(name);
+      } catch (const Error& e) {
+        r->fail(field, "'" + name + "'", "float32, float16 or bfloat16");
+      }
+      if (d != DType::float32 && d != DType::float16 && d != DType::bfloat16) {
+        r->fail(field, "'" + name + "'", "float32, float16 or bfloat16");
+      }
+      return d == DType::float32 ? DType::bfloat16 : d;
+    }
+  }
+  return DType::bfloat16;
+}
+
+}  // namespace
+
+ModelSpec parse_model_config(const std::string& json_text, const std::string& name, const ModelOverrides& overrides) {
+  json top;
+  try {
+    top = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw Error("model '" + name + "': config is not valid JSON: " + e.what());
+  }
+  if (!top.is_object()) throw Error("model '" + name + "': config must be a JSON object, got " + top.type_name());
+
+  std::string architecture;
+  if (top.contains("architectures") && top["architectures"].is_array() && !top["architectures"].empty() &&
+      top["architectures"][0].is_string()) {
+    architecture = top["architectures"][0].get<std::string>();
+  }
+  const std::string model_type = top.value("model_type", std::string());
+  if (architecture.empty() && model_type.empty()) {
+    throw Error("model '" + name + "': config field 'architectures' is missing (and no 'model_type'): expected one of " +
+                known_architectures());
+  }
+  const models::Family* family = find_family(architecture, model_type);
+  const std::string label = architecture.empty() ? model_type : architecture;
+  if (!family) {
+    throw Error("model '" + name + "': unknown architecture '" + label + "' (model_type '" + model_type +
+                "'): expected one of " + known_architectures());
+  }
+
+  // Multimodal wrappers (Gemma3ForConditionalGeneration) keep the language model in text_config.
+  const json& text_json = top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
+  models::ConfigReader top_reader(top, name, label);
+  models::ConfigReader reader(text_json, name, label);
+
+  LayerConfig base;
+  base.dtype = overrides.dtype ? *overrides.dtype : config_dtype(reader, top_reader);
+  base.kv_cache_dtype = overrides.kv_cache_dtype.value_or(KVCacheDType::auto_);
+  if (overrides.block_size < 0) throw Error("block_size=" + std::to_string(overrides.block_size) + " invalid: expected > 0");
+  base.block_size = overrides.block_size;
+
+  ModelSpec spec;
+  spec.name = name;
+  spec.architecture = label;
+  spec.config_json = json_text;
+  spec.hidden_size = reader.integer("hidden_size");
+  family->parse(reader, base, spec.layers);
+  spec.num_layers = int(spec.layers.size());
+  if (spec.layers.empty()) reader.fail("num_hidden_layers", "0", "at least one layer");
+  for (const auto& l : spec.layers) {
+    if (l.kind != LayerKind::attention) continue;
+    try {
+      l.attention.validate();
+    } catch (const Error& e) {
+      throw Error("model '" + name + "' (" + label + ") layer " + std::to_string(l.index) + ": " + e.what());
+    }
+  }
+  return spec;
+}
+
+}  // namespace attn

@@ -1,0 +1,50 @@
+#pragma once
+// The `attn` subcommands. Each returns the process exit code; errors (attn::Error) propagate to
+// main, which prints them on stderr and exits 1.
+#include <cstdint>
+#include <string>
+
+namespace attn_cli {
+
+struct BackendsOptions {
+  std::string platform;  // "" = this machine
+  bool json = false;
+};
+
+/// Flags shared by `plan` and `run`: which model, and how the user overrides its precision.
+struct ModelOptions {
+  std::string model;          // built-in name or config.json path
+  std::string platform;       // "" = this machine
+  std::string dtype;          // "" = the config's torch_dtype
+  std::string kv_cache_dtype; // "" = auto
+  int block_size = 0;         // 0 = the chosen backend's preferred size
+  std::string backend;        // forced attention backend ("" / "auto" = none)
+};
+
+struct PlanOptions {
+  ModelOptions model;
+  bool json = false;
+};
+
+struct RunOptions {
+  ModelOptions model;
+  int batch = 4;
+  int prompt_len = 128;
+  int decode_steps = 16;
+  int threads = 0;            // 0 = all cores
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+struct CheckOptions {
+  std::string backend;        // "" = every registered backend
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+int cmd_backends(const BackendsOptions& options);
+int cmd_plan(const PlanOptions& options);
+int cmd_run(const RunOptions& options);
+int cmd_check(const CheckOptions& options);
+
+}  // namespace attn_cli

@@ -1,0 +1,93 @@
+// attn: plan, run, check and benchmark attention backends from the command line.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "attn/error.hpp"
+#include "bench.hpp"
+#include "commands.hpp"
+
+namespace {
+
+void add_model_flags(CLI::App* cmd, attn_cli::ModelOptions& m, bool model_required) {
+  auto* opt = cmd->add_option("--model", m.model, "built-in model name or path to a config.json");
+  if (model_required) opt->required();
+  cmd->add_option("--platform", m.platform, "plan for: cpu, cpu:avx2, cpu:avx512, cuda, cuda:9.0, ... (default: this machine)");
+  cmd->add_option("--dtype", m.dtype, "model dtype override (float32, float16, bfloat16)");
+  cmd->add_option("--kv-cache-dtype", m.kv_cache_dtype, "KV-cache dtype (auto, fp8, fp8_e4m3, ...)");
+  cmd->add_option("--block-size", m.block_size, "KV block size (default: the chosen backend's preferred size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", m.backend, "force this attention backend (\"auto\" = choose)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"attn: choose, explain and run attention backends"};
+  app.require_subcommand(1);
+
+  attn_cli::BackendsOptions backends;
+  auto* cmd_backends = app.add_subcommand("backends", "every registered backend, its capabilities and whether it loads here");
+  cmd_backends->add_option("--platform", backends.platform, "judge loadability for this platform (default: this machine)");
+  cmd_backends->add_flag("--json", backends.json, "print JSON");
+
+  attn_cli::PlanOptions plan;
+  auto* cmd_plan = app.add_subcommand("plan", "the backend chosen for every layer group of a model, and why not the others");
+  add_model_flags(cmd_plan, plan.model, true);
+  cmd_plan->add_flag("--json", plan.json, "print JSON");
+
+  attn_cli::RunOptions run;
+  auto* cmd_run = app.add_subcommand("run", "prefill + decode steps of a model's attention layers on random activations");
+  add_model_flags(cmd_run, run.model, false);
+  cmd_run->add_option("--batch", run.batch, "sequences")->check(CLI::PositiveNumber);
+  cmd_run->add_option("--prompt-len", run.prompt_len, "prompt tokens per sequence")->check(CLI::PositiveNumber);
+  cmd_run->add_option("--decode-steps", run.decode_steps, "decode steps after the prefill")->check(CLI::NonNegativeNumber);
+  cmd_run->add_option("--threads", run.threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd_run->add_option("--seed", run.seed, "random seed of the activations");
+  cmd_run->add_flag("--json", run.json, "print JSON");
+
+  attn_cli::CheckOptions check;
+  auto* cmd_check = app.add_subcommand("check", "every available backend against the reference on random inputs");
+  cmd_check->add_option("--backend", check.backend, "check only this backend");
+  cmd_check->add_option("--seed", check.seed, "random seed");
+  cmd_check->add_flag("--json", check.json, "print JSON");
+
+  attn_cli::BenchOptions bench;
+  auto* cmd_bench = app.add_subcommand("bench", "backends side by side on the issue's shapes");
+  cmd_bench->add_flag("--json", bench.json, "print JSON figures");
+  cmd_bench->add_option("--filter", bench.filter, "only shapes whose name contains this");
+  cmd_bench->add_flag("--quick", bench.quick, "short sizes, few repeats");
+  cmd_bench->add_option("--threads", bench.threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd_bench->add_option("--csv", bench.csv_path, "also write CSV here");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*cmd_backends) return attn_cli::cmd_backends(backends);
+    if (*cmd_plan) return attn_cli::cmd_plan(plan);
+    if (*cmd_run) return attn_cli::cmd_run(run);
+    if (*cmd_check) return attn_cli::cmd_check(check);
+    if (*cmd_bench) {
+#ifdef ATTN_CLI_HAVE_BENCH
+      return attn_cli::run_bench(bench);
+#else
+      std::cerr << "attn bench: not built (tools/attn/bench.cpp is missing)\n";
+      return 1;
+#endif
+    }
+  } catch (const attn::Error& e) {
+    std::fflush(stdout);
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,141 @@
+// Random activations, per-layer runners and comparison for `attn run` / `attn check`.
+#include "workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "attn/error.hpp"
+#include "attn/registry.hpp"
+#include "attn/sparse.hpp"
+
+namespace attn_cli {
+namespace {
+
+attn::Buffer random_buffer(attn::DType dtype, std::vector<int64_t> shape, Rng& rng) {
+  attn::Buffer b(dtype, std::move(shape));
+  const int64_t n = b.view().numel();
+  for (int64_t i = 0; i < n; ++i) attn::store_from_float(b.data(), dtype, i, rng.uniform(-1.0f, 1.0f));
+  return b;
+}
+
+}  // namespace
+
+attn::TensorView StepInputs::value() const {
+  if (v_width_in_k == 0) return v.view();
+  // The first head_size_v values of each latent entry: same rows (strides) as k, narrower.
+  attn::TensorView t = k.view();
+  t.shape[2] = v_width_in_k;
+  return t;
+}
+
+StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& rng) {
+  StepInputs in;
+  in.q = random_buffer(cfg.dtype, {num_tokens, cfg.num_heads, cfg.head_size}, rng);
+  in.k = random_buffer(cfg.dtype, {num_tokens, cfg.num_kv_heads, cfg.head_size}, rng);
+  if (cfg.use_mla) {
+    in.v_width_in_k = cfg.effective_head_size_v();
+  } else {
+    in.v = random_buffer(cfg.dtype, {num_tokens, cfg.num_kv_heads, cfg.effective_head_size_v()}, rng);
+  }
+  return in;
+}
+
+attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens) {
+  return attn::Buffer(cfg.dtype, {num_tokens, cfg.num_heads, cfg.effective_head_size_v()});
+}
+
+attn::LayerConfig oracle_config(const attn::LayerConfig& cfg) {
+  attn::LayerConfig o = cfg;
+  if (o.use_mla) {
+    o.use_mla = false;
+    o.kv_lora_rank = o.qk_rope_head_dim = o.qk_nope_head_dim = o.v_head_dim = 0;
+  }
+  if (o.use_sparse) {
+    attn::require(o.sliding_window == 0, "sliding_window", o.sliding_window, "0 on a top-k sparse layer");
+    o.use_sparse = false;
+    o.sliding_window = o.index_topk;
+    o.index_topk = 0;
+  }
+  if (o.kv_cache_dtype == attn::KVCacheDType::fp8_ds_mla) o.kv_cache_dtype = attn::KVCacheDType::fp8_e4m3;
+  return o;
+}
+
+attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng) {
+  attn::require(topk > 0, "index_topk", topk, "> 0");
+  attn::Buffer idx(attn::DType::int32, {md.num_tokens, topk});
+  auto* p = static_cast<int32_t*>(idx.data());
+  std::fill(p, p + int64_t(md.num_tokens) * topk, -1);
+  for (int s = 0; s < md.num_seqs; ++s) {
+    for (int i = 0; i < md.query_len(s); ++i) {
+      const int t = md.query_start_loc[s] + i;
+      const int pos = md.context_len(s) + i;
+      const int first = std::max(0, pos - topk + 1);
+      int32_t* row = p + int64_t(t) * topk;
+      for (int k = first; k <= pos; ++k) row[k - first] = k;
+      // Shuffle so kernels cannot rely on sorted indices.
+      for (int k = pos - first; k > 0; --k) std::swap(row[k], row[rng.next() % uint64_t(k + 1)]);
+    }
+  }
+  return idx;
+}
+
+LayerRunner::LayerRunner(const attn::BackendDescriptor& backend, const attn::LayerParams& params, int32_t num_blocks,
+                         int32_t block_size)
+    : params_(params) {
+  impl_ = attn::Registry::instance().create(backend.name, params);
+  cache_ = std::make_unique<attn::KVCache>(backend.cache_spec(params.config, num_blocks, block_size));
+}
+
+void LayerRunner::write(const attn::BatchMetadata& md, const StepInputs& in) {
+  impl_->write_kv(in.k.view(), in.value(), *cache_, md);
+}
+
+void LayerRunner::forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng) {
+  attn::Buffer indices;
+  if (params_.config.use_sparse) {
+    auto* sparse = dynamic_cast<attn::TopkSparseAttention*>(impl_.get());
+    attn::require(sparse != nullptr, "backend", "(no top-k interface)", "a backend implementing TopkSparseAttention");
+    indices = sparse_indices(md, params_.config.index_topk, rng);
+    sparse->set_topk_indices(indices.view());
+  }
+  impl_->forward(in.q.view(), *cache_, md, out);
+}
+
+Tolerance tolerance_for(const attn::LayerConfig& cfg) {
+  Tolerance t;
+  switch (cfg.dtype) {
+    case attn::DType::float32: t = {2e-5, 2e-4}; break;
+    case attn::DType::float16: t = {2e-3, 4e-3}; break;
+    default: t = {1.6e-2, 1.6e-2}; break;  // bfloat16: 8 mantissa bits on q, k, v and out
+  }
+  // fp8 caches: the fast path and the oracle dequantize the same stored values, so the gap stays
+  // at the output dtype's rounding plus accumulation order; allow one fp8 step on top.
+  if (attn::is_quantized(cfg.kv_cache_dtype)) t = {std::max(t.atol, 6e-2), std::max(t.rtol, 6e-2)};
+  return t;
+}
+
+Comparison compare(const attn::Buffer& out, const attn::Buffer& ref, Tolerance tol) {
+  Comparison c;
+  attn::require(out.shape() == ref.shape(), "out.shape", out.view().shape_string(), "the reference's " + ref.view().shape_string());
+  const auto& shape = out.shape();
+  const int64_t n = out.view().numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = attn::load_as_float(out.data(), out.dtype(), i);
+    const double b = attn::load_as_float(ref.data(), ref.dtype(), i);
+    const double err = std::fabs(a - b);
+    const bool bad = !(err <= tol.atol + tol.rtol * std::fabs(b));  // NaN fails too
+    if (std::isfinite(err)) c.max_abs_err = std::max(c.max_abs_err, err);
+    if (bad && c.ok) {
+      c.ok = false;
+      const int64_t d = shape[2], h = shape[1];
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "[token %lld, head %lld, dim %lld]: %g vs reference %g", (long long)(i / (h * d)),
+                    (long long)(i / d % h), (long long)(i % d), a, b);
+      c.first_failure = buf;
+    }
+  }
+  return c;
+}
+
+}  // namespace attn_cli

@@ -1,0 +1,85 @@
+#pragma once
+// What `run` and `check` share: random activations, one layer's backend + paged cache driven
+// step by step, the reference ("oracle") form of a layer, and output comparison.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/backend.hpp"
+#include "attn/kv_cache.hpp"
+#include "attn/metadata.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn_cli {
+
+/// splitmix64: fast, seedable, identical on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) * (1.0f / 16777216.0f); }
+
+ private:
+  uint64_t s_;
+};
+
+/// New q / k / v of one step for one layer: q [T, heads, head_size], k [T, kv_heads, head_size],
+/// v [T, kv_heads, head_size_v], values U(-1, 1) in the layer's dtype. MLA layers store one
+/// latent entry whose first head_size_v values are V, so `v()` is a view into k.
+struct StepInputs {
+  attn::Buffer q, k, v;        // v stays empty when the value lives in k
+  int32_t v_width_in_k = 0;    // MLA: head_size_v
+  attn::TensorView value() const;
+};
+StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& rng);
+/// [T, heads, head_size_v] in the layer's dtype.
+attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens);
+
+/// The dense layer the reference computes for a fast-path config: MLA's absorbed form is MQA
+/// with a 576-wide key whose first 512 values are the value; top-k sparse with the indices
+/// `sparse_indices` produces (each token's last index_topk positions) is a sliding window.
+attn::LayerConfig oracle_config(const attn::LayerConfig& cfg);
+/// [T, index_topk] int32: the positions max(0, p - topk + 1) .. p of each query token at
+/// position p, shuffled, padded with -1.
+attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng);
+
+/// One layer served by one backend: its implementation and its paged cache.
+class LayerRunner {
+ public:
+  LayerRunner(const attn::BackendDescriptor& backend, const attn::LayerParams& params, int32_t num_blocks,
+              int32_t block_size);
+  /// write_kv of this step's new tokens (k, v of `in`).
+  void write(const attn::BatchMetadata& md, const StepInputs& in);
+  /// forward of this step's queries into `out` (sets the top-k indices first on sparse layers).
+  void forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng);
+  std::size_t cache_bytes() const { return cache_->bytes(); }
+  const attn::LayerParams& params() const { return params_; }
+  std::string variant() const { return impl_->variant(); }
+
+ private:
+  attn::LayerParams params_;
+  std::unique_ptr<attn::AttentionImpl> impl_;
+  std::unique_ptr<attn::KVCache> cache_;
+};
+
+/// |out - ref| <= atol + rtol·|ref| per element, by the layer's dtype and KV-cache storage
+/// (the same scale as the test suite's tolerance table, measured against the plain-loop oracle).
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+Tolerance tolerance_for(const attn::LayerConfig& cfg);
+
+struct Comparison {
+  bool ok = true;
+  double max_abs_err = 0;
+  std::string first_failure;  // "[token 3, head 1, dim 7]: 0.5 vs 0.25" (NaN counts as a failure)
+};
+Comparison compare(const attn::Buffer& out, const attn::Buffer& ref, Tolerance tol);
+
+}  // namespace attn_cli
