@@ -1,0 +1,7 @@
+// The head-size tier 128 of the prefill kernel (see prefill.cuh); one file per tier so nvcc
+// compiles the tiers in parallel.
+#include "prefill.cuh"
+
+namespace attn::cuda_flash {
+template cudaError_t launch_prefill_tier<128>(const AttnParams&, ElemKind, ElemKind, int, cudaStream_t);
+}  // namespace attn::cuda_flash
