@@ -65,6 +65,7 @@ uint8_t encode_fp8(float f, float max_value, uint8_t max_code, uint8_t nan_code)
   if (std::isnan(f)) return sign | nan_code;
   float a = std::fabs(f);
   if (a >= max_value) return sign | max_code;
+  if (a == 0.0f) return sign;               // frexp(0) has no exponent to round against
   constexpr int bias = (1 << (kExpBits - 1)) - 1;
   constexpr int min_exp = 1 - bias;
   int e;

@@ -69,11 +69,14 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
   require(max_blocks_per_seq >= 0, "metadata.max_blocks_per_seq", max_blocks_per_seq, ">= 0");
   require(int64_t(block_table.size()) == int64_t(num_seqs) * max_blocks_per_seq, "metadata.block_table.size()",
           block_table.size(), "num_seqs * max_blocks_per_seq = " + std::to_string(int64_t(num_seqs) * max_blocks_per_seq));
+  // query_start_loc first, as a whole: the per-sequence checks below read query lengths from it,
+  // and the error must name the entry that is out of order.
+  for (int i = 1; i <= num_seqs; ++i)
+    require(query_start_loc[i] >= query_start_loc[i - 1], "metadata.query_start_loc[" + std::to_string(i) + "]",
+            query_start_loc[i], "non-decreasing (>= " + std::to_string(query_start_loc[i - 1]) + ")");
   int32_t max_q = 0, max_s = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const std::string at = "[" + std::to_string(s) + "]";
-    require(query_start_loc[s + 1] >= query_start_loc[s], "metadata.query_start_loc" + at, query_start_loc[s + 1],
-            "non-decreasing (>= " + std::to_string(query_start_loc[s]) + ")");
     require(seq_lens[s] >= 0, "metadata.seq_lens" + at, seq_lens[s], ">= 0");
     require(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at, seq_lens[s],
             ">= the sequence's query length " + std::to_string(query_len(s)));

@@ -1,0 +1,353 @@
+// KVCache (kv_cache.hpp): construction, scales and write_kv reject every bad input with an
+// attn::Error naming the argument; good writes land in the declared layout (NHD / HND), fp8
+// caches quantize with their scales, and nothing outside the given slots is touched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attn/kv_cache.hpp"
+#include "attn/numeric.hpp"
+#include "support/expect_error.hpp"
+
+namespace {
+
+using namespace attn;
+using attn::test::throws_error;
+
+KVCacheSpec small_spec(DType dtype = DType::float32, KVLayout layout = KVLayout::NHD) {
+  KVCacheSpec s;
+  s.num_blocks = 4;
+  s.block_size = 4;
+  s.num_kv_heads = 2;
+  s.head_size = 8;
+  s.head_size_v = 6;
+  s.dtype = dtype;
+  s.layout = layout;
+  return s;
+}
+
+// --- construction ---
+
+TEST(KVCacheSpecShape, DeclaredShapesPerLayout) {
+  KVCacheSpec s = small_spec();
+  EXPECT_EQ(s.shape(), (std::vector<int64_t>{4, 2, 4, 2, 8}));
+  s.layout = KVLayout::HND;
+  EXPECT_EQ(s.shape(), (std::vector<int64_t>{4, 2, 2, 4, 8}));
+  s.layout = KVLayout::MLA;
+  s.num_kv_heads = 1;
+  EXPECT_EQ(s.shape(), (std::vector<int64_t>{4, 4, 8}));
+  EXPECT_NE(s.to_string().find("MLA [4, 4, 8] float32"), std::string::npos) << s.to_string();
+}
+
+TEST(KVCacheConstruction, ZeroBlocks) {
+  KVCacheSpec s = small_spec();
+  s.num_blocks = 0;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"num_blocks=0", "> 0"}));
+}
+
+TEST(KVCacheConstruction, ZeroBlockSize) {
+  KVCacheSpec s = small_spec();
+  s.block_size = 0;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"block_size=0", "> 0"}));
+}
+
+TEST(KVCacheConstruction, ZeroKvHeads) {
+  KVCacheSpec s = small_spec();
+  s.num_kv_heads = 0;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"num_kv_heads=0", "> 0"}));
+}
+
+TEST(KVCacheConstruction, NegativeHeadSize) {
+  KVCacheSpec s = small_spec();
+  s.head_size = -8;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size=-8", "> 0"}));
+}
+
+TEST(KVCacheConstruction, NegativeHeadSizeV) {
+  KVCacheSpec s = small_spec();
+  s.head_size_v = -1;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size_v=-1", ">= 0"}));
+}
+
+TEST(KVCacheConstruction, IntegerStorageDType) {
+  KVCacheSpec s = small_spec(DType::int8);
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"cache dtype=int8", "fp8_e4m3"}));
+}
+
+TEST(KVCacheConstruction, MlaWithSeveralHeads) {
+  KVCacheSpec s = small_spec(DType::float32, KVLayout::MLA);
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"num_kv_heads=2", "1 for the MLA latent cache"}));
+}
+
+TEST(KVCacheConstruction, MlaValueWiderThanTheEntry) {
+  KVCacheSpec s = small_spec(DType::float32, KVLayout::MLA);
+  s.num_kv_heads = 1;
+  s.head_size_v = 9;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size_v=9", "<= head_size"}));
+}
+
+// --- scales ---
+
+struct KVCacheScales : ::testing::Test {
+  KVCacheSpec spec = [] {
+    KVCacheSpec s = small_spec(DType::fp8_e4m3);
+    s.kv_cache_dtype = KVCacheDType::fp8_e4m3;
+    return s;
+  }();
+};
+
+TEST_F(KVCacheScales, DefaultIsOnePerHead) {
+  KVCache c(spec);
+  EXPECT_EQ(c.k_scales(), (std::vector<float>{1.0f, 1.0f}));
+  EXPECT_EQ(c.v_scales(), (std::vector<float>{1.0f, 1.0f}));
+}
+
+TEST_F(KVCacheScales, PerTensorScaleIsReplicated) {
+  KVCache c(spec);
+  c.set_scales({0.5f}, {2.0f});
+  EXPECT_EQ(c.k_scales(), (std::vector<float>{0.5f, 0.5f}));
+  EXPECT_EQ(c.view().v_scales[1], 2.0f);
+}
+
+TEST_F(KVCacheScales, NaNScale) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({std::nanf("")}, {1.0f}); }, {"k_scale[0]", "nan", "a finite scale > 0"}));
+}
+
+TEST_F(KVCacheScales, InfiniteScale) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f}, {std::numeric_limits<float>::infinity()}); },
+                           {"v_scale[0]", "inf", "a finite scale > 0"}));
+}
+
+TEST_F(KVCacheScales, ZeroScale) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({0.0f}, {1.0f}); }, {"k_scale[0]=0", "a finite scale > 0"}));
+}
+
+TEST_F(KVCacheScales, NegativeScale) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f}, {-0.5f}); }, {"v_scale[0]=-0.5", "a finite scale > 0"}));
+}
+
+TEST_F(KVCacheScales, WrongCount) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f, 1.0f, 1.0f}, {1.0f}); }, {"k_scale.size()=3", "num_kv_heads = 2"}));
+}
+
+TEST_F(KVCacheScales, EmptyScales) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({}, {1.0f}); }, {"k_scale.size()=0"}));
+}
+
+TEST_F(KVCacheScales, PerHeadScalesOnAPerTensorCache) {
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f, 2.0f}, {1.0f}); }, {"k_scale.size()=2", "without per-head scales"}));
+}
+
+TEST_F(KVCacheScales, PerHeadScalesAccepted) {
+  spec.per_head_scales = true;
+  KVCache c(spec);
+  c.set_scales({1.0f, 2.0f}, {3.0f, 4.0f});
+  EXPECT_EQ(c.k_scales(), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(c.v_scales(), (std::vector<float>{3.0f, 4.0f}));
+}
+
+// --- write ---
+
+// k/v for `n` tokens of the small spec, values k = 100*t + 10*h + d, v = -(that).
+struct KVWrite : ::testing::Test {
+  KVCacheSpec spec = small_spec();
+  int n = 3;
+  std::vector<float> k, v;
+  BatchMetadata md;
+
+  void SetUp() override { make(n); }
+  void make(int tokens) {
+    n = tokens;
+    k.assign(std::size_t(n) * 2 * 8, 0.0f);
+    v.assign(std::size_t(n) * 2 * 6, 0.0f);
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < 2; ++h) {
+        for (int d = 0; d < 8; ++d) k[(t * 2 + h) * 8 + d] = float(100 * t + 10 * h + d);
+        for (int d = 0; d < 6; ++d) v[(t * 2 + h) * 6 + d] = -float(100 * t + 10 * h + d);
+      }
+    md = BatchMetadata::build({SequenceSpec{0, n, {2, 0}}}, spec.block_size, spec.num_blocks);
+  }
+  TensorView kv() { return TensorView::contiguous(k.data(), DType::float32, {n, 2, 8}); }
+  TensorView vv() { return TensorView::contiguous(v.data(), DType::float32, {n, 2, 6}); }
+};
+
+TEST_F(KVWrite, LandsInTheSlotsOfTheSlotMappingNHD) {
+  KVCache c(spec);
+  c.fill(std::nanf(""));
+  c.write(kv(), vv(), md);
+  const PagedKV p = c.view();
+  const float* base = static_cast<const float*>(p.base);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t e = 2 * p.block_stride + t * p.token_stride + h * p.head_stride;  // block 2 holds tokens 0..3
+      for (int d = 0; d < 8; ++d) EXPECT_EQ(base[e + d], float(100 * t + 10 * h + d));
+      for (int d = 0; d < 6; ++d) EXPECT_EQ(base[e + p.v_offset + d], -float(100 * t + 10 * h + d));
+    }
+  // Nothing else was written: every other block is still poison.
+  for (int b : {0, 1, 3})
+    for (int64_t i = 0; i < p.block_stride; ++i) ASSERT_TRUE(std::isnan(base[b * p.block_stride + i])) << b << " " << i;
+}
+
+TEST_F(KVWrite, LandsInTheSlotsOfTheSlotMappingHND) {
+  spec.layout = KVLayout::HND;
+  KVCache c(spec);
+  c.write(kv(), vv(), md);
+  const PagedKV p = c.view();
+  EXPECT_EQ(p.token_stride, 8);
+  EXPECT_EQ(p.head_stride, 4 * 8);
+  const float* base = static_cast<const float*>(p.base);
+  EXPECT_EQ(base[2 * p.block_stride + 1 * p.head_stride + 2 * p.token_stride + 5], 100.0f * 2 + 10 + 5);
+}
+
+TEST_F(KVWrite, NegativeSlotsAreSkipped) {
+  KVCache c(spec);
+  c.fill(7.0f);
+  md.slot_mapping[1] = -1;
+  c.write(kv(), vv(), md);
+  const PagedKV p = c.view();
+  EXPECT_EQ(static_cast<const float*>(p.base)[2 * p.block_stride + 1 * p.token_stride], 7.0f);
+}
+
+TEST_F(KVWrite, Fp8QuantizesWithTheScale) {
+  spec.dtype = DType::fp8_e4m3;
+  spec.kv_cache_dtype = KVCacheDType::fp8;
+  KVCache c(spec);
+  c.set_scales({2.0f}, {4.0f});
+  c.write(kv(), vv(), md);
+  const PagedKV p = c.view();
+  const int64_t e = 2 * p.block_stride + 1 * p.token_stride + 1 * p.head_stride + 3;  // t=1 h=1 d=3: k=113, v=-113
+  EXPECT_EQ(load_as_float(p.base, p.dtype, e) * p.k_scales[1], fp8_e4m3_to_f32(f32_to_fp8_e4m3(113.0f / 2.0f)) * 2.0f);
+  EXPECT_EQ(load_as_float(p.base, p.dtype, e + p.v_offset) * p.v_scales[1],
+            fp8_e4m3_to_f32(f32_to_fp8_e4m3(-113.0f / 4.0f)) * 4.0f);
+}
+
+TEST_F(KVWrite, SlotOutOfRange) {
+  KVCache c(spec);
+  md.slot_mapping[2] = 16;  // 4 blocks x 4 slots
+  EXPECT_TRUE(throws_error([&] { c.write(kv(), vv(), md); }, {"metadata.slot_mapping[2]=16", "[0, 16)"}));
+}
+
+TEST_F(KVWrite, SlotBelowMinusOne) {
+  KVCache c(spec);
+  md.slot_mapping[0] = -2;
+  EXPECT_TRUE(throws_error([&] { c.write(kv(), vv(), md); }, {"metadata.slot_mapping[0]=-2", "-1 (skip)"}));
+}
+
+TEST_F(KVWrite, DuplicateSlots) {
+  KVCache c(spec);
+  c.fill(7.0f);
+  md.slot_mapping[2] = md.slot_mapping[0];
+  EXPECT_TRUE(throws_error([&] { c.write(kv(), vv(), md); }, {"metadata.slot_mapping", "distinct slots"}));
+  EXPECT_EQ(static_cast<const float*>(c.data())[0], 7.0f) << "validation happens before any write";
+}
+
+TEST_F(KVWrite, SlotMappingShorterThanTokens) {
+  KVCache c(spec);
+  md.slot_mapping.pop_back();
+  EXPECT_TRUE(throws_error([&] { c.write(kv(), vv(), md); }, {"metadata.slot_mapping.size()=2", "num_tokens = 3"}));
+}
+
+TEST_F(KVWrite, KeyTokensDisagreeWithMetadata) {
+  KVCache c(spec);
+  TensorView bad = TensorView::contiguous(k.data(), DType::float32, {2, 2, 8});
+  EXPECT_TRUE(throws_error([&] { c.write(bad, vv(), md); }, {"k.shape=[2, 2, 8]", "dimension 0 to be 3"}));
+}
+
+TEST_F(KVWrite, KeyHeadsDisagreeWithCache) {
+  KVCache c(spec);
+  TensorView bad = TensorView::contiguous(k.data(), DType::float32, {3, 1, 16});
+  EXPECT_TRUE(throws_error([&] { c.write(bad, vv(), md); }, {"k.shape=[3, 1, 16]", "dimension 1 to be 2"}));
+}
+
+TEST_F(KVWrite, ValueHeadSizeDisagreesWithCache) {
+  KVCache c(spec);
+  TensorView bad = TensorView::contiguous(v.data(), DType::float32, {3, 3, 4});
+  EXPECT_TRUE(throws_error([&] { c.write(kv(), bad, md); }, {"v.shape=[3, 3, 4]"}));
+}
+
+TEST_F(KVWrite, KeyDTypeNotAFloat) {
+  KVCache c(spec);
+  TensorView bad = kv();
+  bad.dtype = DType::int32;
+  EXPECT_TRUE(throws_error([&] { c.write(bad, vv(), md); }, {"k.dtype=int32", "float32, float16, bfloat16"}));
+}
+
+TEST_F(KVWrite, ValueFp8NotAcceptedAsInput) {
+  KVCache c(spec);
+  TensorView bad = vv();
+  bad.dtype = DType::fp8_e4m3;
+  EXPECT_TRUE(throws_error([&] { c.write(kv(), bad, md); }, {"v.dtype=fp8_e4m3"}));
+}
+
+TEST_F(KVWrite, KeyLastDimensionNotContiguous) {
+  KVCache c(spec);
+  TensorView bad = kv();
+  bad.strides[2] = 2;
+  EXPECT_TRUE(throws_error([&] { c.write(bad, vv(), md); }, {"k.strides=2", "stride 1"}));
+}
+
+TEST_F(KVWrite, KeyIsACudaTensor) {
+  KVCache c(spec);
+  TensorView bad = kv();
+  bad.device = DeviceKind::cuda;
+  EXPECT_TRUE(throws_error([&] { c.write(bad, vv(), md); }, {"k.device", "a CPU tensor"}));
+}
+
+TEST_F(KVWrite, KeyDataNull) {
+  KVCache c(spec);
+  TensorView bad = kv();
+  bad.data = nullptr;
+  EXPECT_TRUE(throws_error([&] { c.write(bad, vv(), md); }, {"k.data", "non-null"}));
+}
+
+TEST_F(KVWrite, StridedRowsAreRead) {
+  // A [3, 2, 8] view over every other row of a [6, 2, 8] tensor (a non-contiguous token dim).
+  std::vector<float> wide(6 * 2 * 8, -1.0f);
+  for (int t = 0; t < 3; ++t)
+    for (int i = 0; i < 16; ++i) wide[std::size_t(t) * 32 + i] = k[std::size_t(t) * 16 + i];
+  TensorView strided = TensorView::contiguous(wide.data(), DType::float32, {3, 2, 8});
+  strided.strides[0] = 32;
+  KVCache c(spec);
+  c.write(strided, vv(), md);
+  const PagedKV p = c.view();
+  EXPECT_EQ(static_cast<const float*>(p.base)[2 * p.block_stride + 2 * p.token_stride + 1 * p.head_stride + 7], 217.0f);
+}
+
+// --- copy_block / fill ---
+
+TEST(KVCacheCopyBlock, CopiesKAndVOfTheBlock) {
+  KVCache c(small_spec());
+  const PagedKV p = c.view();
+  float* base = static_cast<float*>(c.data());
+  for (int64_t i = 0; i < p.block_stride; ++i) base[1 * p.block_stride + i] = float(i);
+  c.copy_block(1, 3);
+  for (int64_t i = 0; i < p.block_stride; ++i) ASSERT_EQ(base[3 * p.block_stride + i], float(i));
+}
+
+TEST(KVCacheCopyBlock, SourceOutOfRange) {
+  KVCache c(small_spec());
+  EXPECT_TRUE(throws_error([&] { c.copy_block(4, 0); }, {"src_block=4", "[0, 4)"}));
+}
+
+TEST(KVCacheCopyBlock, DestinationNegative) {
+  KVCache c(small_spec());
+  EXPECT_TRUE(throws_error([&] { c.copy_block(0, -1); }, {"dst_block=-1", "[0, 4)"}));
+}
+
+TEST(KVCacheFill, PoisonsEveryElement) {
+  KVCache c(small_spec(DType::bfloat16));
+  c.fill(std::nanf(""));
+  const int64_t n = int64_t(c.bytes() / 2);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isnan(load_as_float(c.data(), DType::bfloat16, i)));
+}
+
+}  // namespace
