@@ -225,11 +225,14 @@ int cmd_run(const RunOptions& o) {
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << plan_text(plan) << "\n";
+    std::cout << plan_text(plan, false) << "\n";
     std::printf("run: batch %d x prompt %d, %d decode steps, %zu attention layers, %d threads\n", o.batch, o.prompt_len,
                 j["decode_steps"].get<int>(), layers.size(), j["threads"].get<int>());
     if (mixer_layers) std::printf("  %d mixer layers not run (attn run drives attention layers only)\n", mixer_layers);
-    if (layers.empty()) std::printf("  no attention layers: nothing to run\n");
+    if (layers.empty()) {
+      std::printf("  no attention layers: nothing to run\n");
+      return 0;
+    }
     std::printf("  prefill: %lld tokens in %.3f s -> %.0f tokens/s (write_kv + forward of every attention layer)\n",
                 (long long)prefill.tokens, prefill.seconds, j["prefill"]["tokens_per_s"].get<double>());
     if (any_decoder) {

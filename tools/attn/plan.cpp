@@ -128,9 +128,17 @@ std::string compact_layers(const std::vector<int>& v) {
   for (size_t i = 0; i < n;) {
     size_t j = i;
     while (j + 1 < n && v[j + 1] == v[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    if (j - i >= 2) out += std::to_string(v[i]) + "-" + std::to_string(v[j]);
-    else for (size_t k = i; k <= j; ++k) out += (k > i ? "," : "") + std::to_string(v[k]);
+    if (!out.empty()) out += ',';
+    if (j - i >= 2) {
+      out += std::to_string(v[i]);
+      out += '-';
+      out += std::to_string(v[j]);
+    } else {
+      for (size_t k = i; k <= j; ++k) {
+        if (k > i) out += ',';
+        out += std::to_string(v[k]);
+      }
+    }
     i = j + 1;
   }
   return out;
@@ -187,7 +195,7 @@ json plan_json(const Plan& plan) {
   return j;
 }
 
-std::string plan_text(const Plan& plan) {
+std::string plan_text(const Plan& plan, bool candidates) {
   std::ostringstream s;
   s << "model " << plan.model.name << " (" << plan.model.architecture << "), " << plan.model.num_layers << " layers\n";
   s << "platform " << plan.platform << "\n";
@@ -199,7 +207,7 @@ std::string plan_text(const Plan& plan) {
     if (g.has_decision && !g.decision.forced_by.empty()) s << " (forced by " << g.decision.forced_by << ")";
     if (!g.has_decision) s << " (mixer selection not available in this build)";
     s << "\n  " << describe_layer(g.sample) << "\n";
-    if (!g.has_decision) continue;
+    if (!g.has_decision || !candidates) continue;
     for (const auto& note : g.decision.notes) s << "  note: " << note << "\n";
     for (const auto& c : g.decision.candidates) {
       char head[96];

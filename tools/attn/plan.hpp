@@ -46,6 +46,7 @@ std::string describe_layer(const attn::ModelLayer& layer);
 
 /// {"model":..,"platform":..,"groups":[{"layers":[..],"config":{..},"backend":..,"candidates":[..]}]}
 nlohmann::json plan_json(const Plan& plan);
-std::string plan_text(const Plan& plan);
+/// The plan as text; `candidates` adds every other backend with its reasons.
+std::string plan_text(const Plan& plan, bool candidates = true);
 
 }  // namespace attn_cli
