@@ -1,0 +1,166 @@
+// cpu_mla / cpu_sparse against the fp64 MLA oracles (tests/support/mla_reference).
+#include <gtest/gtest.h>
+
+#include "attn/attn.hpp"
+#include "attn/sparse.hpp"
+#include "support/mla_reference.hpp"
+
+namespace attn::test {
+namespace {
+
+MlaCaseSpec ragged(const std::string& backend, DType dtype, KVCacheDType kv, uint64_t seed) {
+  MlaCaseSpec s;
+  s.backend = backend;
+  s.num_heads = 4;
+  s.dtype = dtype;
+  s.kv_cache_dtype = kv;
+  s.seed = seed;
+  s.block_size = 16;
+  // decode, chunked prefill, fresh prefill, odd lengths
+  s.seqs = {{37, 1}, {50, 13}, {0, 29}, {1, 1}};
+  s.kv_scale = 0.05f;
+  if (s.backend == "cpu_sparse") s.topk = 24;
+  return s;
+}
+
+void expect_matches_absorbed(MlaCaseSpec spec) {
+  MlaCase c = make_mla_case(spec);
+  run_mla_forward(c);
+  const DType storage = c.cache->spec().dtype;
+  const CompareResult r = compare_values(tensor_values(c.out), mla_absorbed_reference(c), tolerance(spec.dtype, storage));
+  EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
+}
+
+TEST(CpuMla, AbsorbedEqualsExplicitPerHeadAttention) {
+  for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
+    MlaCaseSpec spec = ragged(backend, DType::float32, KVCacheDType::auto_, fresh_seed());
+    MlaCase c = make_mla_case(spec);
+    run_mla_forward(c);
+    const auto got = project_latent(c, tensor_values(c.out));
+    const CompareResult r = compare_values(got, mla_explicit_reference(c), tolerance(DType::float32, DType::float32));
+    EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
+  }
+}
+
+TEST(CpuMla, EveryDeclaredCacheDtypeAndIoDtype) {
+  const uint64_t seed = fresh_seed();
+  for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
+    auto desc = Registry::instance().find(backend);
+    ASSERT_TRUE(desc);
+    for (DType io : desc->caps.dtypes)
+      for (KVCacheDType kv : desc->caps.kv_cache_dtypes) expect_matches_absorbed(ragged(backend, io, kv, seed));
+  }
+}
+
+TEST(CpuMla, OddBlockSizeAndAliasedPrefixBlocks) {
+  for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
+    MlaCaseSpec spec = ragged(backend, DType::bfloat16, KVCacheDType::auto_, fresh_seed());
+    spec.block_size = 7;
+    spec.alias_prefix = true;
+    spec.seqs = {{45, 1}, {45, 3}, {30, 1}, {61, 6}};
+    expect_matches_absorbed(spec);
+  }
+}
+
+TEST(CpuMla, LongDecodeSplitsKeysAcrossThreads) {
+  // One sequence, long context: the driver splits the keys and merges by log-sum-exp.
+  for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
+    MlaCaseSpec spec = ragged(backend, DType::float32, KVCacheDType::auto_, fresh_seed());
+    spec.num_heads = 16;
+    spec.seqs = {{2100, 1}};
+    spec.num_threads = 2;
+    if (spec.topk) spec.topk = 1200;
+    expect_matches_absorbed(spec);
+  }
+}
+
+TEST(CpuMla, DeepSeekHeadCountsAndThreadCounts) {
+  for (int heads : {1, 16, 128}) {
+    for (int threads : {1, 2}) {
+      MlaCaseSpec spec = ragged("cpu_mla", DType::bfloat16, KVCacheDType::fp8_e4m3, fresh_seed());
+      spec.num_heads = heads;
+      spec.num_threads = threads;
+      spec.seqs = {{20, 1}, {9, 4}};
+      expect_matches_absorbed(spec);
+    }
+  }
+}
+
+TEST(CpuMla, ExpandedFormEqualsExplicitOracle) {
+  MlaCaseSpec spec = ragged("cpu_mla", DType::float32, KVCacheDType::auto_, fresh_seed());
+  MlaCase c = make_mla_case(spec);
+  auto* mla = dynamic_cast<MlaAttention*>(c.impl.get());
+  ASSERT_NE(mla, nullptr);
+  const int T = c.md.num_tokens, H = spec.num_heads, R = spec.rank, N = spec.nope, P = spec.rope, V = spec.v_dim;
+  Buffer wk(DType::float32, {H, R, N}), wv(DType::float32, {H, R, V});
+  for (size_t i = 0; i < c.w_uk.size(); ++i) static_cast<float*>(wk.data())[i] = float(c.w_uk[i]);
+  for (size_t i = 0; i < c.w_uv.size(); ++i) static_cast<float*>(wv.data())[i] = float(c.w_uv[i]);
+  EXPECT_THROW(mla->forward_expanded(c.q.view(), *c.cache, c.md, c.out.view()), Error);  // no projections yet
+  mla->set_up_projections(wk.view(), wv.view());
+  Buffer q(DType::float32, {T, H, N + P}), out(DType::float32, {T, H, V});
+  for (int r = 0; r < T * H; ++r) {
+    for (int n = 0; n < N; ++n) static_cast<float*>(q.data())[size_t(r) * (N + P) + n] = float(c.q_nope[size_t(r) * N + n]);
+    for (int p = 0; p < P; ++p) static_cast<float*>(q.data())[size_t(r) * (N + P) + N + p] = float(c.q_pe[size_t(r) * P + p]);
+  }
+  mla->forward_expanded(q.view(), *c.cache, c.md, out.view());
+  EXPECT_EQ(mla->last_form(), "expanded");
+  const CompareResult r = compare_values(tensor_values(out), mla_explicit_reference(c), tolerance(DType::float32, DType::float32));
+  EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message;
+  run_mla_forward(c);
+  EXPECT_EQ(mla->last_form(), "absorbed");
+}
+
+TEST(CpuMla, ExpandedPaysOffOnlyForLongPrefill) {
+  MlaCaseSpec spec = ragged("cpu_mla", DType::bfloat16, KVCacheDType::auto_, 7);
+  spec.seqs = {{0, 600}};
+  MlaCase c = make_mla_case(spec);
+  auto* mla = dynamic_cast<MlaAttention*>(c.impl.get());
+  ASSERT_NE(mla, nullptr);
+  EXPECT_FALSE(mla->expanded_pays_off(c.md));  // no projections: absorbed is the only form
+  Buffer wk(DType::bfloat16, {4, 512, 128}), wv(DType::bfloat16, {4, 512, 128});
+  mla->set_up_projections(wk.view(), wv.view());
+  EXPECT_TRUE(mla->expanded_pays_off(c.md));
+  const BatchMetadata decode = BatchMetadata::build({{599, 1, c.md.block_table}}, spec.block_size, c.cache->spec().num_blocks);
+  EXPECT_FALSE(mla->expanded_pays_off(decode));
+}
+
+TEST(CpuSparse, TopkIndicesAreCheckedAndConsumed) {
+  MlaCaseSpec spec = ragged("cpu_sparse", DType::bfloat16, KVCacheDType::auto_, fresh_seed());
+  MlaCase c = make_mla_case(spec);
+  run_mla_forward(c);
+  // Indices are a per-call input: a second forward without new ones is an error, not a reuse.
+  EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view()), Error);
+  auto* sparse = dynamic_cast<TopkSparseAttention*>(c.impl.get());
+  ASSERT_NE(sparse, nullptr);
+  std::vector<int32_t> bad = c.topk;
+  bad[0] = c.md.seq_lens[0];  // one past the end of sequence 0
+  sparse->set_topk_indices(TensorView::contiguous(bad.data(), DType::int32, {c.md.num_tokens, spec.topk}));
+  EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view()), Error);
+  std::vector<int32_t> short_rows(size_t(c.md.num_tokens - 1) * spec.topk, -1);
+  sparse->set_topk_indices(TensorView::contiguous(short_rows.data(), DType::int32, {c.md.num_tokens - 1, spec.topk}));
+  EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view()), Error);
+  EXPECT_THROW(dynamic_cast<MlaAttention*>(c.impl.get())->forward_expanded(c.q.view(), *c.cache, c.md, c.out.view()), Error);
+}
+
+TEST(CpuSparse, AllPaddingRowsGiveZeros) {
+  MlaCaseSpec spec = ragged("cpu_sparse", DType::float32, KVCacheDType::auto_, fresh_seed());
+  MlaCase c = make_mla_case(spec);
+  std::fill(c.topk.begin(), c.topk.begin() + spec.topk, -1);  // token 0 attends nothing
+  run_mla_forward(c);
+  const auto out = tensor_values(c.out);
+  for (int i = 0; i < spec.num_heads * spec.rank; ++i) ASSERT_EQ(out[size_t(i)], 0.0) << i;
+  const CompareResult r = compare_values(out, mla_absorbed_reference(c), tolerance(DType::float32, DType::float32));
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(CpuMla, WrongShapesAreErrorsNotCrashes) {
+  MlaCaseSpec spec = ragged("cpu_mla", DType::bfloat16, KVCacheDType::auto_, 3);
+  MlaCase c = make_mla_case(spec);
+  Buffer q_bad(DType::bfloat16, {c.md.num_tokens, spec.num_heads, 512});
+  EXPECT_THROW(c.impl->forward(q_bad.view(), *c.cache, c.md, c.out.view()), Error);
+  Buffer out_bad(DType::bfloat16, {c.md.num_tokens, spec.num_heads, 576});
+  EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, out_bad.view()), Error);
+}
+
+}  // namespace
+}  // namespace attn::test

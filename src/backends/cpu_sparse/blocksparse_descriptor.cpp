@@ -1,0 +1,69 @@
+// cpu_blocksparse: Phi-3-small's local + vertical-stride block-sparse attention (vLLM v0
+// BLOCKSPARSE_FLASH_ATTN) over the regular NHD paged cache; masked blocks are skipped entirely.
+#include "attn/backend.hpp"
+#include "attn/error.hpp"
+#include "backends/cpu_mla/mla_kernel.hpp"
+#include "backends/cpu_sparse/blocksparse_forward.hpp"
+
+namespace attn {
+namespace {
+
+class BlockSparseImpl final : public AttentionImpl {
+ public:
+  explicit BlockSparseImpl(const LayerParams& p) : params_(p) {
+    params_.validate();
+    const LayerConfig& c = p.config;
+    shape_ = {c.num_heads, c.num_kv_heads, c.head_size, c.effective_head_size_v(), p.effective_scale(), p.num_threads};
+    pattern_ = {c.bs_block_size, c.bs_local_blocks, c.bs_vert_stride};
+    variant_ = mla::variant_for(detect_cpu());
+  }
+  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override {
+    check_forward_args(params_, q, cache, md, out);
+    blocksparse::forward(shape_, pattern_, q, cache, md, out);
+  }
+  std::string variant() const override { return variant_ + " block-sparse"; }
+
+ private:
+  LayerParams params_;
+  blocksparse::Shape shape_;
+  blocksparse::Pattern pattern_;
+  std::string variant_;
+};
+
+std::vector<Reason> pattern_checks(const LayerConfig& c) {
+  std::vector<Reason> r;
+  if (!c.use_block_sparse) return r;
+  auto positive = [&](const char* field, int v, const char* what) {
+    if (v <= 0) r.push_back({field, std::to_string(v), std::string("> 0 (") + what + ")"});
+  };
+  positive("bs_block_size", c.bs_block_size, "tokens per sparse block");
+  positive("bs_local_blocks", c.bs_local_blocks, "local blocks, the diagonal one included");
+  positive("bs_vert_stride", c.bs_vert_stride, "vertical stride in blocks");
+  return r;
+}
+
+}  // namespace
+
+BackendDescriptor cpu_blocksparse_descriptor() {
+  BackendDescriptor d;
+  d.name = "cpu_blocksparse";
+  d.summary = "block-sparse attention (Phi-3-small local + vertical-stride pattern) over the NHD paged cache, "
+              "skipping masked blocks";
+  d.caps.dtypes = {DType::float32, DType::float16, DType::bfloat16};
+  d.caps.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16,
+                            KVCacheDType::fp8, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2};
+  d.caps.head_sizes = SizeRule::any();
+  d.caps.block_sizes = SizeRule::any();
+  d.caps.distinct_head_size_v = true;
+  d.caps.block_sparse = true;
+  d.caps.per_head_quant_scales = true;
+  d.priority = 10;
+  d.preferred_block_size = 16;
+  d.kv_layout = KVLayout::NHD;
+  d.extra_checks = [](const LayerConfig& c, const Platform&) { return pattern_checks(c); };
+  d.variant = [](const Platform& p) { return mla::variant_for(p) + " block-sparse"; };
+  d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<BlockSparseImpl>(p); };
+  return d;
+}
+
+}  // namespace attn
