@@ -42,11 +42,11 @@ struct Simd {
     if constexpr (T == KvType::f32) return _mm256_loadu_ps(static_cast<const float*>(p));
     if constexpr (T == KvType::f16) return _mm256_cvtph_ps(_mm_loadu_si128(q));
     if constexpr (T == KvType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16));
-    if constexpr (T == KvType::e4m3) {
-      const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(q));
-      const __m256i s = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
-      const __m256i em = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7f)), 20);
-      return _mm256_castsi256_ps(_mm256_or_si256(s, em));
+    if constexpr (T == KvType::e4m3) {  // fp16 bit placement, × 2^-8 (see kE4m3Rebias)
+      const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(q));
+      const __m128i s = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
+      const __m128i em = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7f)), 7);
+      return _mm256_cvtph_ps(_mm_or_si128(s, em));
     }
     if constexpr (T == KvType::e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(q)), 8));
   }

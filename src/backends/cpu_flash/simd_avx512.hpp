@@ -33,14 +33,14 @@ struct Simd {
   static float hsum(F v) { return _mm512_reduce_add_ps(v); }
   static Mask tail(int n) { return Mask((1u << n) - 1u); }
 
-  /// W elements of one KV row as fp32 (e4m3 without its 2^120, see kE4m3Rebias).
+  /// W elements of one KV row as fp32 (e4m3 without its 2^8, see kE4m3Rebias).
   template <KvType T>
   static F load_kv(const void* p) {
     if constexpr (T == KvType::f32) return _mm512_loadu_ps(p);
     if constexpr (T == KvType::f16) return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
     if constexpr (T == KvType::bf16)
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p))), 16));
-    if constexpr (T == KvType::e4m3) return e4m3(_mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+    if constexpr (T == KvType::e4m3) return e4m3(_mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))));
     if constexpr (T == KvType::e5m2)
       return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))), 8));
   }
@@ -52,15 +52,15 @@ struct Simd {
     if constexpr (T == KvType::f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
     if constexpr (T == KvType::bf16)
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-    if constexpr (T == KvType::e4m3) return e4m3(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)));
+    if constexpr (T == KvType::e4m3) return e4m3(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)));
     if constexpr (T == KvType::e5m2)
       return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)), 8));
   }
-  /// Sign to bit 31, exponent+mantissa to bits 30..20: exact, subnormals included (× 2^120 later).
-  static F e4m3(__m512i x) {
-    const __m512i s = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
-    const __m512i em = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)), 20);
-    return _mm512_castsi512_ps(_mm512_or_si512(s, em));
+  /// 16 e4m3 bytes (zero-extended to 16 bits) as fp32 × 2^-8, via their fp16 bit placement.
+  static F e4m3(__m256i x) {
+    const __m256i s = _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8);
+    const __m256i em = _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7f)), 7);
+    return _mm512_cvtph_ps(_mm256_or_si256(s, em));
   }
 
   /// exp(x), 0 for x = -inf. Cephes polynomial on the reduced argument; vscalefps applies 2^n

@@ -36,7 +36,7 @@ struct Simd {
     if constexpr (T == KvType::f16) return f16_to_f32(h);
     if constexpr (T == KvType::bf16) return bf16_to_f32(h);
     const uint8_t x = *static_cast<const uint8_t*>(p);
-    if constexpr (T == KvType::e4m3) return bits_f32((uint32_t(x & 0x80) << 24) | (uint32_t(x & 0x7f) << 20));
+    if constexpr (T == KvType::e4m3) return f16_to_f32(e4m3_as_f16_bits(x));
     if constexpr (T == KvType::e5m2) return f16_to_f32(uint16_t(x) << 8);
   }
   template <KvType T>
