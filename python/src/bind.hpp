@@ -1,0 +1,48 @@
+#pragma once
+// Shared declarations of the attn._core extension: one bind_* function per area, and the
+// conversions from Python values (dtype names, NumPy / torch dtypes, platforms, arrays).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "attn/attn.hpp"
+
+namespace nb = nanobind;
+
+namespace attn::py {
+
+void bind_errors(nb::module_& m);
+void bind_config(nb::module_& m);
+void bind_select(nb::module_& m);
+void bind_layer(nb::module_& m);
+
+/// A dtype given as a name ("bf16"), a NumPy / ml_dtypes dtype or scalar type, or a torch dtype.
+DType dtype_from_py(nb::handle h);
+/// None → auto; else a vLLM cache-dtype name.
+KVCacheDType kv_cache_dtype_from_py(nb::handle h);
+/// None → this machine's CPU; else a Platform or a spec such as "cpu:avx2" / "cuda:9.0".
+Platform platform_from_py(nb::handle h);
+/// The Python spelling of a dtype for error messages: str(x.dtype) when it has one, else type name.
+std::string describe_dtype(nb::handle array);
+/// str(h) (PyObject_Str), for messages.
+std::string text_of(nb::handle h);
+/// `json.loads(text)`: how every to_dict() is built from the core's JSON rendering.
+nb::object json_loads(const std::string& text);
+
+/// An array argument of a kernel call, seen without copying. Holds the Python objects it was made
+/// from so the memory stays alive while the kernel runs (with the GIL released).
+struct ArrayArg {
+  nb::object source;           // what the caller passed (or a reinterpreting view of it)
+  nb::ndarray<nb::ro> array;   // the imported DLPack / buffer view of `source`
+  TensorView view;
+};
+/// Accepts anything nanobind imports through DLPack or the buffer protocol (NumPy, PyTorch, ...),
+/// plus NumPy arrays of ml_dtypes.bfloat16 (reinterpreted as uint16, same memory).
+/// Kernel dtypes only: float32, float16, bfloat16 (TypeError otherwise). Throws ValueError for
+/// a strided last dimension, negative strides, or more than TensorView::kMaxDims dimensions.
+ArrayArg array_arg(nb::handle obj, const char* arg, bool writable);
+
+}  // namespace attn::py

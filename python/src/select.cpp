@@ -1,0 +1,155 @@
+// attn.select / attn.explain → attn.Decision (with every candidate's reasons), attn.select_mamba,
+// and attn.load_model (the per-layer configs attn.plan() selects for).
+#include <string>
+
+#include "bind.hpp"
+
+#if __has_include("attn/mamba.hpp")
+#include "attn/mamba.hpp"
+#define ATTN_PY_HAVE_MAMBA 1
+#endif
+
+namespace attn::py {
+namespace {
+
+SelectOptions select_options(nb::handle backend, nb::handle platform, nb::handle per_kind) {
+  SelectOptions o;
+  if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
+  if (!platform.is_none()) o.platform = platform_from_py(platform);
+  if (!per_kind.is_none()) o.per_kind = nb::cast<std::map<std::string, std::string>>(per_kind);
+  return o;
+}
+
+std::string candidate_repr(const Candidate& c) {
+  std::string s = "Candidate(backend='" + c.backend + "', valid=" + (c.valid ? "True" : "False") +
+                  ", priority=" + std::to_string(c.priority);
+  if (!c.reasons.empty()) {
+    s += ", reasons=[";
+    for (std::size_t i = 0; i < c.reasons.size(); ++i) s += (i ? "; " : "") + c.reasons[i].to_string();
+    s += "]";
+  }
+  return s + ")";
+}
+
+}  // namespace
+
+void bind_select(nb::module_& m) {
+  nb::class_<Reason>(m, "Reason", "Why a backend cannot serve a layer: field, the layer's value, what is supported.")
+      .def_ro("field", &Reason::field)
+      .def_ro("value", &Reason::value)
+      .def_ro("expected", &Reason::expected)
+      .def("__str__", &Reason::to_string)
+      .def("__repr__", [](const Reason& r) { return "Reason('" + r.to_string() + "')"; })
+      .def("__eq__", [](const Reason& a, const Reason& b) { return a == b; });
+
+  nb::class_<Candidate>(m, "Candidate", "One backend the selector checked.")
+      .def_ro("backend", &Candidate::backend)
+      .def_ro("valid", &Candidate::valid)
+      .def_ro("priority", &Candidate::priority)
+      .def_ro("reasons", &Candidate::reasons)
+      .def("__repr__", &candidate_repr);
+
+  nb::class_<Decision>(m, "Decision", "The selector's answer: the chosen backend and why every other one lost.")
+      .def_ro("backend", &Decision::backend)
+      .def_ro("variant", &Decision::variant)
+      .def_ro("config", &Decision::config)
+      .def_ro("platform", &Decision::platform)
+      .def_ro("forced_by", &Decision::forced_by)
+      .def_ro("block_size", &Decision::block_size)
+      .def_ro("block_size_from_user", &Decision::block_size_from_user)
+      .def_ro("candidates", &Decision::candidates)
+      .def_ro("notes", &Decision::notes)
+      .def("to_text", &Decision::to_text)
+      .def("to_json", &Decision::to_json)
+      .def("to_dict", [](const Decision& d) { return json_loads(d.to_json()); })
+      .def("__repr__", &Decision::to_text)
+      .def("__str__", &Decision::to_text);
+
+  // select() raises when nothing serves the layer; explain() returns that Decision (backend "").
+  using Chooser = Decision (*)(const LayerConfig&, const SelectOptions&);
+  const std::pair<const char*, Chooser> choosers[] = {{"select", &select}, {"explain", &explain}};
+  const char* docs[] = {
+      "Picks the backend for one layer (explicit backend > env ATTN_BACKEND > priority), or raises\n"
+      "attn.Error listing every candidate with its reasons.",
+      "Like select(), but returns the Decision (backend '') when no backend is valid."};
+  for (int i = 0; i < 2; ++i) {
+    Chooser choose = choosers[i].second;
+    m.def(
+        choosers[i].first,
+        [choose](const LayerConfig& config, nb::handle backend, nb::handle platform, nb::handle per_kind) {
+          return choose(config, select_options(backend, platform, per_kind));
+        },
+        nb::arg("config"), nb::arg("backend") = nb::none(), nb::arg("platform") = nb::none(), nb::kw_only(),
+        nb::arg("per_kind") = nb::none(), docs[i]);
+  }
+  m.def("clear_selector_cache", &clear_selector_cache);
+
+#ifdef ATTN_PY_HAVE_MAMBA
+  m.def(
+      "select_mamba",
+      [](const std::string& mixer_type, nb::handle backend, nb::handle platform) {
+        MambaSelectOptions o;
+        if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
+        if (!platform.is_none()) o.platform = platform_from_py(platform);
+        return select_mamba(parse_mamba_type(mixer_type), o);
+      },
+      nb::arg("mixer_type"), nb::arg("backend") = nb::none(), nb::arg("platform") = nb::none(),
+      "The mixer backend for a Mamba-family layer type (mamba1, mamba2, short_conv, linear_attention,\n"
+      "gdn_attention, custom); its Decision's candidates say why the other mixers do not serve it.");
+  m.def("mixer_backends", [] {
+    std::vector<nb::dict> out;
+    for (const auto& d : mixer_backends()) {
+      nb::dict r;
+      r["name"] = d->name, r["summary"] = d->summary;
+      std::vector<std::string> types;
+      for (auto t : d->types) types.emplace_back(to_string(t));
+      r["types"] = types;
+      r["variant"] = d->variant ? d->variant(detect_cpu()) : std::string();
+      out.push_back(r);
+    }
+    return out;
+  }, "Every mixer backend: name, summary, the mixer types it serves, its kernel variant here.");
+#endif
+
+  nb::class_<ModelLayer>(m, "ModelLayer", "One layer of a model: attention (with its LayerConfig) or a mixer.")
+      .def_ro("index", &ModelLayer::index)
+      .def_prop_ro("kind", [](const ModelLayer& l) { return l.kind == LayerKind::attention ? "attention" : "mixer"; })
+      .def_ro("attention", &ModelLayer::attention)
+      .def_prop_ro("mixer", [](const ModelLayer& l) -> std::optional<std::string> {
+        if (l.kind != LayerKind::mixer) return std::nullopt;
+        return std::string(to_string(l.mixer));
+      })
+      .def_ro("mixer_dims", &ModelLayer::mixer_dims)
+      .def_ro("softmax_scale", &ModelLayer::softmax_scale)
+      .def("__repr__", [](const ModelLayer& l) {
+        return "ModelLayer(index=" + std::to_string(l.index) + ", " +
+               (l.kind == LayerKind::attention ? l.attention.to_string() : "mixer=" + std::string(to_string(l.mixer))) + ")";
+      });
+
+  nb::class_<ModelSpec>(m, "ModelSpec", "A model config (built-in name or config.json) as per-layer configs.")
+      .def_ro("name", &ModelSpec::name)
+      .def_ro("architecture", &ModelSpec::architecture)
+      .def_ro("hidden_size", &ModelSpec::hidden_size)
+      .def_ro("num_layers", &ModelSpec::num_layers)
+      .def_ro("layers", &ModelSpec::layers)
+      .def("__repr__", [](const ModelSpec& s) {
+        return "ModelSpec(name='" + s.name + "', architecture='" + s.architecture + "', num_layers=" +
+               std::to_string(s.num_layers) + ")";
+      });
+
+  m.def(
+      "load_model",
+      [](const std::string& model, nb::handle dtype, nb::handle kv_cache_dtype, int block_size) {
+        ModelOverrides o;
+        if (!dtype.is_none()) o.dtype = dtype_from_py(dtype);
+        if (!kv_cache_dtype.is_none()) o.kv_cache_dtype = kv_cache_dtype_from_py(kv_cache_dtype);
+        o.block_size = block_size;
+        return load_model(model, o);
+      },
+      nb::arg("model"), nb::kw_only(), nb::arg("dtype") = nb::none(), nb::arg("kv_cache_dtype") = nb::none(),
+      nb::arg("block_size") = 0,
+      "Loads a built-in model by name or a Hugging Face config.json (path or folder).");
+  m.def("builtin_models", &builtin_models, "Names of the shipped model configs.");
+}
+
+}  // namespace attn::py

@@ -1,0 +1,158 @@
+"""Shared test machinery: the fp64 NumPy reference, dtype rounding, the tolerance table and a
+builder that fills a paged cache for a ragged batch through a layer's own write_kv."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+import attn
+
+NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+FP8_DTYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def tolerance(io_dtype: str, kv_storage: str) -> tuple[float, float]:
+    """(atol, rtol) against the fp64 reference: mirrors tests/support's central table. The
+    reference sees exactly the values the cache holds, so this bounds only kernel error."""
+    if io_dtype == "float32":
+        return (2e-5, 2e-5) if kv_storage == "float32" else (5e-3, 5e-3)
+    return {"float16": (2e-3, 2e-3), "bfloat16": (1.2e-2, 1.2e-2)}[io_dtype]
+
+
+def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x as the kernel sees it after conversion to `dtype`, back in float64."""
+    return x.astype(NUMPY_DTYPES[dtype]).astype(np.float64)
+
+
+def stored(x: np.ndarray, storage: str, scale: np.ndarray) -> np.ndarray:
+    """What a cache of `storage` dtype holds for x, dequantized (per-KV-head scales on axis 1)."""
+    if storage in FP8_DTYPES:
+        s = scale.reshape(1, -1, 1).astype(np.float32)
+        inv = (np.float32(1) / s).astype(np.float32)  # the cache multiplies by 1/scale in fp32
+        q8 = (x.astype(np.float32) * inv).astype(FP8_DTYPES[storage])
+        return q8.astype(np.float64) * s.astype(np.float64)
+    return rounded(x, storage)
+
+
+def reference_attention(q, k, v, *, query_lens, seq_lens, scale, causal=True, window=0, soft_cap=0.0,
+                        sinks=None) -> np.ndarray:
+    """fp64 attention over concatenated sequences (DESIGN.md §4). q: [T, H, D]; k, v: per-sequence
+    lists of [seq_len, Hkv, D(v)]. Query i of a sequence sits at position seq_len - query_len + i."""
+    num_heads, group = q.shape[1], q.shape[1] // k[0].shape[1]
+    out = np.zeros((q.shape[0], num_heads, v[0].shape[2]))
+    start = 0
+    for s, (qlen, slen) in enumerate(zip(query_lens, seq_lens)):
+        for h in range(num_heads):
+            ks, vs = k[s][:, h // group, :], v[s][:, h // group, :]
+            qs = q[start:start + qlen, h, :]
+            logits = (qs @ ks.T) * scale
+            if soft_cap:
+                logits = soft_cap * np.tanh(logits / soft_cap)
+            qpos = np.arange(slen - qlen, slen)[:, None]
+            kpos = np.arange(slen)[None, :]
+            visible = np.ones((qlen, slen), dtype=bool)
+            if causal:
+                visible &= kpos <= qpos
+            if window:
+                visible &= kpos > qpos - window
+            logits = np.where(visible, logits, -np.inf)
+            m = logits.max(axis=1, keepdims=True) if slen else np.full((qlen, 1), -np.inf)
+            if sinks is not None:
+                m = np.maximum(m, sinks[h])
+            m = np.where(np.isfinite(m), m, 0.0)
+            p = np.exp(logits - m)
+            denom = p.sum(axis=1, keepdims=True)
+            if sinks is not None:
+                denom = denom + np.exp(sinks[h] - m)
+            out[start:start + qlen, h, :] = np.divide(p @ vs, denom, out=np.zeros((qlen, vs.shape[1])), where=denom > 0)
+        start += qlen
+    return out
+
+
+@dataclass
+class Batch:
+    """A ragged batch written into a paged cache: what forward() needs plus the reference inputs."""
+
+    layer: attn.Attention
+    cache: attn.KVCache
+    md: attn.BatchMetadata
+    q: np.ndarray  # in the layer dtype
+    k_ref: list = field(default_factory=list)  # per sequence [seq_len, Hkv, D], as stored (fp64)
+    v_ref: list = field(default_factory=list)
+    q_ref: np.ndarray | None = None
+    query_lens: list = field(default_factory=list)
+    seq_lens: list = field(default_factory=list)
+
+    def reference(self, **kw) -> np.ndarray:
+        return reference_attention(self.q_ref, self.k_ref, self.v_ref, query_lens=self.query_lens,
+                                   seq_lens=self.seq_lens, scale=self.layer.scale, **kw)
+
+
+def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, query_lens, *, block_size=None,
+               kv_scale=None, spare_blocks=3, poison=True) -> Batch:
+    """Random q/k/v for sequences with `context_lens` cached tokens and `query_lens` new ones.
+    Blocks are drawn as a random permutation (so tables are scattered), unused slots hold NaN, and
+    every token's K/V goes in through layer.write_kv: the context in one earlier step, then the new
+    tokens in the step whose metadata forward() gets."""
+    cfg = layer.config
+    block_size = block_size or layer.block_size
+    seq_lens = [c + q for c, q in zip(context_lens, query_lens)]
+    need = [max(1, math.ceil(n / block_size)) for n in seq_lens]
+    num_blocks = sum(need) + spare_blocks
+    cache = layer.make_cache(num_blocks, block_size)
+    if poison:
+        cache.fill(float("nan"))
+    if kv_scale is not None:
+        cache.set_scales(kv_scale, kv_scale)
+    scales = np.asarray(cache.k_scales)
+    perm = rng.permutation(num_blocks)
+    block_ids, at = [], 0
+    for n in need:
+        block_ids.append([int(b) for b in perm[at:at + n]])
+        at += n
+
+    dt = NUMPY_DTYPES[cfg.dtype]
+    hv = cfg.effective_head_size_v
+    k_all = [rng.standard_normal((n, cfg.num_kv_heads, cfg.head_size)) for n in seq_lens]
+    v_all = [rng.standard_normal((n, cfg.num_kv_heads, hv)) for n in seq_lens]
+    storage = cache.dtype
+
+    def write(lo, hi, md):
+        k = np.concatenate([k_all[s][lo[s]:hi[s]] for s in range(len(seq_lens))]).astype(dt)
+        v = np.concatenate([v_all[s][lo[s]:hi[s]] for s in range(len(seq_lens))]).astype(dt)
+        layer.write_kv(k, v, cache, md)
+
+    zeros = [0] * len(seq_lens)
+    if any(context_lens):
+        md_ctx = attn.BatchMetadata(context_lens=zeros, query_lens=list(context_lens), block_ids=block_ids, cache=cache)
+        write(zeros, list(context_lens), md_ctx)
+    md = attn.BatchMetadata(context_lens=list(context_lens), query_lens=list(query_lens), block_ids=block_ids,
+                            cache=cache, causal=cfg.causal)
+    write(list(context_lens), seq_lens, md)
+
+    num_tokens = sum(query_lens)
+    q = rng.standard_normal((num_tokens, cfg.num_heads, cfg.head_size)).astype(dt)
+    batch = Batch(layer, cache, md, q, query_lens=list(query_lens), seq_lens=seq_lens)
+    batch.q_ref = q.astype(np.float64)
+    # The cache converts from the I/O dtype, so the reference rounds twice like the data did.
+    batch.k_ref = [stored(rounded(k, cfg.dtype), storage, scales) for k in k_all]
+    batch.v_ref = [stored(rounded(v, cfg.dtype), storage, scales) for v in v_all]
+    return batch
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, io_dtype: str, kv_storage: str, what: str = "out"):
+    got = np.asarray(got).astype(np.float64)
+    assert not np.isnan(got).any(), f"{what}: NaN in the output (unwritten rows or poison read)"
+    atol, rtol = tolerance(io_dtype, kv_storage)
+    err = np.abs(got - want)
+    bad = err > atol + rtol * np.abs(want)
+    assert not bad.any(), (f"{what}: {bad.sum()} of {bad.size} elements off; max error {err.max():.3g} "
+                           f"(atol {atol}, rtol {rtol}) at {np.unravel_index(err.argmax(), err.shape)}")
+
+
+def valid_cpu_backends(cfg: attn.LayerConfig) -> list[str]:
+    """Every registered backend that can serve cfg on this machine (whatever backends exist)."""
+    return [c.backend for c in attn.explain(cfg).candidates if c.valid]
