@@ -37,15 +37,12 @@ from ._core import (  # noqa: E402
     explain,
     load_model,
     load_plugin,
+    mixer_backends,
     platform,
     select,
+    select_mamba,
 )
 from ._plan import Plan, PlannedLayer, plan  # noqa: E402
-
-try:  # present once the Mamba-family mixers are built into the core
-    from ._core import mixer_backends, select_mamba  # noqa: F401
-except ImportError:  # pragma: no cover - older cores
-    pass
 
 __version__ = "0.1.0"
 

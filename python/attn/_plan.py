@@ -105,8 +105,6 @@ def plan(model: str, backend: Optional[str] = None, platform: Any = None, *, dty
     result = Plan(model=spec)
     for layer in spec.layers:
         if layer.kind == "mixer":
-            if not hasattr(_core, "select_mamba"):
-                raise _core.Error(f"layer {layer.index} is a {layer.mixer} mixer, and this build has no select_mamba")
             decision = _core.select_mamba(layer.mixer, platform=platform)
             result.layers.append(PlannedLayer(layer.index, "mixer", decision, mixer=layer.mixer))
         else:

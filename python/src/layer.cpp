@@ -1,5 +1,6 @@
 // attn.KVCache, attn.BatchMetadata and attn.Attention (one layer served by one backend):
 // write_kv / forward take NumPy arrays or DLPack tensors without copying and release the GIL.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,17 @@ void require_dtype(const ArrayArg& a, const char* arg, DType want) {
   if (a.view.dtype != want)
     throw nb::type_error((std::string(arg) + ".dtype=" + std::string(to_string(a.view.dtype)) +
                           " invalid: expected the layer dtype " + std::string(to_string(want))).c_str());
+}
+
+/// Arrays must live where the backend's kernels run: a CPU kernel handed a GPU pointer would crash.
+void require_device(const Attention& a, const ArrayArg& x, const char* arg) {
+  const auto& platforms = a.descriptor->caps.platforms;
+  const bool runs_on_cuda = std::find(platforms.begin(), platforms.end(), PlatformKind::cpu) == platforms.end();
+  const DeviceKind want = runs_on_cuda ? DeviceKind::cuda : DeviceKind::cpu;
+  if (x.view.device != want)
+    throw nb::value_error((std::string(arg) + ".device=" + (x.view.device == DeviceKind::cuda ? "cuda" : "cpu") +
+                           " invalid: expected " + (want == DeviceKind::cuda ? "cuda" : "cpu") + " (backend " +
+                           a.decision.backend + " runs there)").c_str());
 }
 
 KVCacheSpec cache_spec_from_py(int32_t num_blocks, int32_t block_size, int32_t num_kv_heads, int32_t head_size,
@@ -242,6 +254,8 @@ void bind_layer(nb::module_& m) {
             ArrayArg ka = array_arg(k, "k", false);
             // MLA caches hold one latent entry per token: v is unused there and may be None.
             ArrayArg va = v.is_none() ? ArrayArg{} : array_arg(v, "v", false);
+            require_device(a, ka, "k");
+            if (!v.is_none()) require_device(a, va, "v");
             nb::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(a.mu);
             a.impl->write_kv(ka.view, va.view, cache, md);
@@ -254,6 +268,7 @@ void bind_layer(nb::module_& m) {
           [](Attention& a, nb::handle q, const KVCache& cache, const BatchMetadata& md, nb::handle out) {
             ArrayArg qa = array_arg(q, "q", false);
             require_dtype(qa, "q", a.params.config.dtype);
+            require_device(a, qa, "q");
             nb::object result = nb::borrow(out);
             if (out.is_none()) {
               const bool mla = cache.spec().layout == KVLayout::MLA;
@@ -262,6 +277,7 @@ void bind_layer(nb::module_& m) {
             }
             ArrayArg oa = array_arg(result, "out", true);
             require_dtype(oa, "out", a.params.config.dtype);
+            require_device(a, oa, "out");
             {
               nb::gil_scoped_release release;
               std::lock_guard<std::mutex> lock(a.mu);

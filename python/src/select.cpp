@@ -2,12 +2,8 @@
 // and attn.load_model (the per-layer configs attn.plan() selects for).
 #include <string>
 
-#include "bind.hpp"
-
-#if __has_include("attn/mamba.hpp")
 #include "attn/mamba.hpp"
-#define ATTN_PY_HAVE_MAMBA 1
-#endif
+#include "bind.hpp"
 
 namespace attn::py {
 namespace {
@@ -84,7 +80,6 @@ void bind_select(nb::module_& m) {
   }
   m.def("clear_selector_cache", &clear_selector_cache);
 
-#ifdef ATTN_PY_HAVE_MAMBA
   m.def(
       "select_mamba",
       [](const std::string& mixer_type, nb::handle backend, nb::handle platform) {
@@ -109,7 +104,6 @@ void bind_select(nb::module_& m) {
     }
     return out;
   }, "Every mixer backend: name, summary, the mixer types it serves, its kernel variant here.");
-#endif
 
   nb::class_<ModelLayer>(m, "ModelLayer", "One layer of a model: attention (with its LayerConfig) or a mixer.")
       .def_ro("index", &ModelLayer::index)

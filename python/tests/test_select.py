@@ -144,7 +144,6 @@ def test_plan_errors_name_model_and_layer():
         attn.plan("no-such-model")
 
 
-@pytest.mark.skipif(not hasattr(attn, "select_mamba"), reason="this core has no Mamba-family mixers")
 def test_select_mamba_and_mixer_plans():
     d = attn.select_mamba("mamba2")
     assert d.backend and any(c.backend == d.backend and c.valid for c in d.candidates)
