@@ -95,7 +95,10 @@ def run(quick: bool = False, dtype: str = "bfloat16", backends: list | None = No
         print(f"{backend:>12} prefill B=1   T={prefill[2]:<5} {r['ms']:9.3f} ms", flush=True)
     ceiling = measure_read_bandwidth(256 if quick else 1024)
     print(f"read-bandwidth ceiling ({os.cpu_count()} threads): {ceiling:.1f} GB/s")
-    return {"config": cfg.to_dict(), "platform": repr(attn.platform()), "ceiling_gbps": ceiling, "results": results}
+    # Other processes on the cores skew every figure: the load is recorded with them.
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {"config": cfg.to_dict(), "platform": repr(attn.platform()), "ceiling_gbps": ceiling,
+            "load_average": load, "results": results}
 
 
 def plot(data: dict, path: str) -> None:
@@ -132,7 +135,8 @@ def plot(data: dict, path: str) -> None:
     ax2.set_yscale("log")
     ax2.set_ylabel("time (ms, log)")
     ax2.set_title(f"prefill, {prefill[0]['query'] if prefill else 0} tokens")
-    fig.suptitle(data["platform"], fontsize=8)
+    fig.suptitle(f"{data['platform']}; load average {data.get('load_average', float('nan')):.1f} during the run",
+                 fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -31,7 +31,7 @@ def layer_and_batch(draw):
     return cfg, context, query, seed
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layer_and_batch())
 def test_selected_backend_matches_reference(case):
     cfg, context, query, seed = case
