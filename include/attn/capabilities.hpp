@@ -30,15 +30,26 @@ struct SizeRule {
   int lo = 0, hi = 0, step = 1;  // range: lo <= x <= hi and (x - lo) % step == 0
 
   static SizeRule any() { return {}; }
-  static SizeRule one_of(std::vector<int> v) { return {Kind::one_of, std::move(v)}; }
-  static SizeRule range(int lo, int hi, int step) { return {Kind::range, {}, lo, hi, step}; }
-  static SizeRule multiple_of(std::vector<int> bases) { return {Kind::multiple_of, std::move(bases)}; }
+  static SizeRule one_of(std::vector<int> v) { return make(Kind::one_of, std::move(v), 0, 0, 1); }
+  static SizeRule range(int lo, int hi, int step) { return make(Kind::range, {}, lo, hi, step); }
+  static SizeRule multiple_of(std::vector<int> bases) { return make(Kind::multiple_of, std::move(bases), 0, 0, 1); }
   /// range ∪ extra values
   SizeRule plus(std::vector<int> extra) const;
   std::vector<int> extra;
 
   bool allows(int x) const;
   std::string describe() const;  // "any", "one of 64, 128, 256", "32..256 step 8", "a multiple of 16"
+
+ private:
+  static SizeRule make(Kind k, std::vector<int> v, int lo, int hi, int step) {
+    SizeRule r;
+    r.kind = k;
+    r.values = std::move(v);
+    r.lo = lo;
+    r.hi = hi;
+    r.step = step;
+    return r;
+  }
 };
 
 struct Capabilities {
