@@ -11,7 +11,9 @@
 // Seeds are fresh per run and printed on failure; ATTN_TEST_SEED=<seed> replays a run.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "attn/attn.hpp"
 #include "conformance/case_generator.hpp"
@@ -82,6 +84,28 @@ TEST_P(Conformance, SameInputsGiveBitwiseSameOutputs) {
   const auto first = output_values(c);
   run_forward(c);  // poisons the output again first
   EXPECT_EQ(output_values(c), first) << cases.front().spec.describe();
+}
+
+TEST_P(Conformance, MisalignedQueryAndOutputGiveCorrectResults) {
+  // q and out one element past a 64-byte boundary: kernels must not assume aligned rows.
+  auto d = runnable_here(GetParam());
+  if (!d) GTEST_SKIP() << GetParam() << " does not run here";
+  const auto cases = generate_cases(*d, detect_cpu(), SweepSize::quick, fresh_seed());
+  ASSERT_FALSE(cases.empty());
+  Case c = make_case(cases.back().spec, GetParam());
+  const TensorView q = c.q.view(), out = c.out.view();
+  const std::size_t es = dtype_size(q.dtype), qn = std::size_t(q.numel()), on = std::size_t(out.numel());
+  Buffer q_raw(q.dtype, {int64_t(qn) + 1}), out_raw(out.dtype, {int64_t(on) + 1});
+  std::memcpy(static_cast<char*>(q_raw.data()) + es, q.data, qn * es);
+  for (std::size_t i = 0; i <= on; ++i) store_from_float(out_raw.data(), out.dtype, int64_t(i), std::nanf(""));
+  TensorView q_off = q, out_off = out;
+  q_off.data = static_cast<char*>(q_raw.data()) + es;
+  out_off.data = static_cast<char*>(out_raw.data()) + es;
+  c.impl->forward(q_off, *c.cache, c.md, out_off);
+  std::memcpy(c.out.data(), out_off.data, on * es);
+  EXPECT_TRUE(std::isnan(load_as_float(out_raw.data(), out.dtype, 0))) << "wrote before the output";
+  const auto r = compare_output(c, reference_attention(c), tolerance(c.params.config.dtype, c.cache->spec().dtype));
+  EXPECT_TRUE(r.ok) << r.message << "\n" << cases.back().spec.describe();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(backend_names(true)), param_name);

@@ -86,6 +86,14 @@ TEST(MetadataBuild, SequenceLongerThanInt32) {
                            {"seqs[0].context_len + query_len", "< 2^31"}));
 }
 
+TEST(MetadataBuild, TotalTokensBeyondInt32) {
+  // Two sequences of 2^30 + 1 new tokens each: every length fits, their sum does not.
+  const int64_t n = (int64_t(1) << 30) + 1, bs = int64_t(1) << 20;
+  const std::vector<int32_t> ids(std::size_t((n + bs - 1) / bs), 0);
+  EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{0, n, ids}, {0, n, ids}}, int32_t(bs), 4); },
+                           {"num_tokens=2147483650", "< 2^31"}));
+}
+
 // --- validate: metadata assembled by hand ---
 
 struct MetadataValidate : ::testing::Test {
