@@ -84,6 +84,7 @@ void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
     a.k_offset = tile.k_offset;
     a.v_offset = tile.v_offset;
     a.q = tile.q;
+    a.q_mul = run.q_mul;
     a.rows = rows;
     a.row_limit = limits.data();
     a.slots = tile.slots + task.key0;

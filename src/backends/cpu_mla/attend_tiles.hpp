@@ -24,6 +24,7 @@ struct TileRun {
   const PagedKV* kv = nullptr;
   int width = 0, rank = 0;
   float k_scale = 1.0f, v_scale = 1.0f;
+  float q_mul = 0.0f;                  // the tiles' q = input q * q_mul, when known (AttendArgs)
   int num_threads = 0;                 // 0 → OpenMP default
   DType out_dtype = DType::float32;
   /// Where row r of the tile with out_index i writes its `rank` outputs.

@@ -140,6 +140,7 @@ void absorbed_forward(const MlaShape& shape, const TensorView& q, const KVCache&
   run.width = W;
   run.rank = R;
   run.k_scale = run.v_scale = kv.k_scales ? kv.k_scales[0] : 1.0f;  // one scale: K and V share the entry
+  run.q_mul = shape.scale * float(M_LOG2E);  // as scaled_q applied it
   run.num_threads = threads;
   run.out_dtype = out.dtype;
   const size_t osz = dtype_size(out.dtype);

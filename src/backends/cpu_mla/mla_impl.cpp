@@ -12,9 +12,12 @@ float mla_scale(const LayerParams& p) {
   return qk > 0 && p.config.qk_nope_head_dim > 0 ? 1.0f / std::sqrt(float(qk)) : p.effective_scale();
 }
 
-std::string mla_variant_name() {
+std::string mla_variant_name(const LayerConfig& c) {
   std::string name;
   best_attend(&name);
+  // The AMX kernel serves bf16 / fp8 latent caches; it hands other caches to the avx512 one.
+  if (name == "amx" && !(amx_handles_storage(kv_storage_dtype(c.kv_cache_dtype, c.dtype)) && c.kv_lora_rank % 32 == 0))
+    name = "avx512";
   return name;
 }
 
@@ -26,7 +29,7 @@ MlaImpl::MlaImpl(const LayerParams& params) : params_(params) {
   shape_.rope = c.head_size - c.kv_lora_rank;
   shape_.scale = mla_scale(params);
   shape_.num_threads = params.num_threads;
-  variant_ = mla_variant_name();
+  variant_ = mla_variant_name(c);
 }
 
 void MlaImpl::forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {

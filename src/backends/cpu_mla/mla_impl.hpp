@@ -53,6 +53,6 @@ float mla_scale(const LayerParams& params);
 /// layout and its preferred block size), and their common extra checks.
 BackendDescriptor mla_descriptor_base();
 std::vector<Reason> mla_extra_checks(const LayerConfig& cfg);
-std::string mla_variant_name();
+std::string mla_variant_name(const LayerConfig& config);
 
 }  // namespace attn::mla

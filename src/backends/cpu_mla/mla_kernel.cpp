@@ -5,7 +5,6 @@
 
 #include "attn/numeric.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
-#include "attn/platform.hpp"
 
 namespace attn::mla {
 namespace portable {
@@ -34,21 +33,5 @@ void axpy4(float* acc, const float* p, const float* k0, const float* k1, const f
 }  // namespace portable
 
 AttendFn attend_portable() { return &portable::attend_impl; }
-
-std::string variant_for(const Platform& p) {
-#if defined(__x86_64__)
-  if (p.has(CpuFeature::avx512f) && p.has(CpuFeature::avx512bw) && p.has(CpuFeature::avx512vl)) return "avx512";
-#endif
-  return "portable";
-}
-
-AttendFn best_attend(std::string* name) {
-  const std::string v = variant_for(detect_cpu());
-  if (name) *name = v;
-#if defined(__x86_64__)
-  if (v == "avx512") return attend_avx512();
-#endif
-  return attend_portable();
-}
 
 }  // namespace attn::mla

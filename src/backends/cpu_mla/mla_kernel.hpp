@@ -26,6 +26,8 @@ struct AttendArgs {
   int64_t v_offset = -1;
   float v_scale = 1.0f;
   const float* q = nullptr;        // [rows][width], pre-multiplied by scale * log2(e)
+  float q_mul = 0.0f;              // that multiplier when known (> 0): lets the AMX kernel
+                                   // recover bf16 q exactly instead of splitting it hi + lo
   int rows = 0;
   const int32_t* row_limit = nullptr;  // [rows]: row r sees keys [0, row_limit[r]) of the list
   const int64_t* slots = nullptr;  // [num_keys] cache slots (block * block_size + offset)
@@ -40,9 +42,24 @@ using AttendFn = void (*)(const AttendArgs&);
 
 AttendFn attend_portable();
 AttendFn attend_avx512();  // requires avx512f/bw/vl + f16c (checked by the caller)
+/// Requires amx_tile/amx_bf16 + avx512_bf16 and the OS permission (see mla_isa.cpp). Runs the
+/// AMX kernel for the calls amx_handles() accepts and the avx512 one for the others.
+AttendFn attend_amx();
+/// MLA latent entries (V inside K) stored as bf16 or fp8 (exact in bf16), rank % 32 == 0.
+bool amx_handles(const AttendArgs& args);
+/// The same test from a layer's cache storage dtype (for variant names).
+bool amx_handles_storage(DType cache_dtype);
 
-/// The kernel variant a platform gets: "avx512" (avx512f/bw/vl) or "portable".
-std::string variant_for(const Platform& platform);
+/// Kernel ISAs, worst to best. ATTN_MLA_ISA=auto|amx|avx512|generic caps the choice (tests run
+/// every variant that way); an unknown value is an Error.
+enum class MlaIsa { portable, avx512, amx };
+std::string_view to_string(MlaIsa isa);
+/// What `platform` supports, capped by ATTN_MLA_ISA. On the detected CPU, amx also needs the
+/// kernel's permission for AMX tile data (requested once per process; denied → avx512).
+/// latent = false: callers with separate K/V rows (block-sparse), which AMX never serves.
+MlaIsa chosen_isa(const Platform& platform, bool latent = true);
+/// The kernel variant a platform gets: "amx", "avx512" or "portable".
+std::string variant_for(const Platform& platform, bool latent = true);
 /// The best attend function for this CPU and its name.
 AttendFn best_attend(std::string* name = nullptr);
 

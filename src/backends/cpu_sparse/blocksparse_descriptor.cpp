@@ -15,7 +15,7 @@ class BlockSparseImpl final : public AttentionImpl {
     const LayerConfig& c = p.config;
     shape_ = {c.num_heads, c.num_kv_heads, c.head_size, c.effective_head_size_v(), p.effective_scale(), p.num_threads};
     pattern_ = {c.bs_block_size, c.bs_local_blocks, c.bs_vert_stride};
-    variant_ = mla::variant_for(detect_cpu());
+    variant_ = mla::variant_for(detect_cpu(), /*latent=*/false);
   }
   void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override {
     check_forward_args(params_, q, cache, md, out);
@@ -61,7 +61,7 @@ BackendDescriptor cpu_blocksparse_descriptor() {
   d.preferred_block_size = 16;
   d.kv_layout = KVLayout::NHD;
   d.extra_checks = [](const LayerConfig& c, const Platform&) { return pattern_checks(c); };
-  d.variant = [](const Platform& p) { return mla::variant_for(p) + " block-sparse"; };
+  d.variant = [](const Platform& p) { return mla::variant_for(p, /*latent=*/false) + " block-sparse"; };
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<BlockSparseImpl>(p); };
   return d;
 }

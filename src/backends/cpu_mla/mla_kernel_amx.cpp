@@ -1,0 +1,385 @@
+// AMX build of the MLA attend kernel (latent caches stored as bf16 or fp8, both exact in bf16).
+// A portable file: the AMX/AVX-512 code lives in functions with a target attribute and runs only
+// after mla_isa.cpp has checked the CPU and obtained the kernel's permission for tile data.
+//
+// Per chunk of 32 cache entries (the only DRAM read: each entry is copied once into an L1/L2
+// buffer as bf16) and per group of 16 query rows (heads):
+//   Sᵀ[32 keys][16 rows] = K[32][width] · Qᵀ   TDPBF16PS, A = the key buffer as it is, B = q
+//                                              packed once per call as bf16 pairs along d
+//   online softmax in fp32 (AVX-512): rows are the 16 lanes, so per-row max/sum are lane-wise
+//   O[16 rows][rank] += P[16][32] · V[32][rank] TDPBF16PS, A = P (bf16, transposed from Sᵀ),
+//                                              B = the entries' latent part packed as key pairs
+// q is split into bf16 hi + lo parts when it is not exactly bf16 (f32 / f16 I/O), so the scores
+// keep fp32-like accuracy; only P is rounded to bf16.
+#include "backends/cpu_mla/mla_kernel.hpp"
+
+#if defined(__x86_64__) && defined(__linux__)
+// GCC 12 flags its own _mm512_undefined_* helpers as uninitialized (false positives).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "attn/numeric.hpp"
+
+#define ATTN_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+namespace attn::mla {
+namespace {
+
+constexpr int kKeys = 32;  // keys per chunk: the K dimension of one P·V tile product
+constexpr int kRows = 16;  // query rows per group: the M / N dimension of a tile
+constexpr int kTile = 512; // bf16 elements in one 16 × 64-byte tile
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+/// 64-byte aligned view into a growing vector (tile loads want aligned rows).
+template <class T>
+T* aligned(std::vector<T>& v, size_t n) {
+  if (v.size() < n + 64 / sizeof(T)) v.resize(n + 64 / sizeof(T));
+  const auto p = reinterpret_cast<uintptr_t>(v.data());
+  return reinterpret_cast<T*>((p + 63) & ~uintptr_t(63));
+}
+
+struct Fp8Tables {
+  std::array<uint16_t, 256> e4m3{}, e5m2{};
+  Fp8Tables() {
+    for (int i = 0; i < 256; ++i) {
+      e4m3[i] = f32_to_bf16(fp8_e4m3_to_f32(uint8_t(i)));  // exact: 3/2 mantissa bits fit in bf16's 7
+      e5m2[i] = f32_to_bf16(fp8_e5m2_to_f32(uint8_t(i)));
+    }
+  }
+};
+
+inline const uint8_t* entry_ptr(const PagedKV& kv, int64_t slot) {
+  const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
+  return static_cast<const uint8_t*>(kv.base) + (block * kv.block_stride + off * kv.token_stride) * int64_t(dtype_size(kv.dtype));
+}
+
+// 2^x for x <= 0 (or -inf lanes, which are masked by the caller): 2^round(x) · poly(frac).
+ATTN_AMX_TARGET inline __m512 exp2_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);  // [-0.5, 0.5]
+  __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// In-place transpose of a 16 × 16 matrix of 32-bit elements held in 16 registers.
+ATTN_AMX_TARGET inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/// One cache entry → a bf16 row of `wp` values (zero padded).
+ATTN_AMX_TARGET void pack_entry(DType dtype, const uint8_t* src, uint16_t* dst, int width, int wp) {
+  if (dtype == DType::bfloat16) {
+    const auto* p = reinterpret_cast<const uint16_t*>(src);
+    int d = 0;
+    for (; d + 32 <= width; d += 32) _mm512_store_si512(dst + d, _mm512_loadu_si512(p + d));
+    if (d < width) {
+      const __mmask32 m = __mmask32((uint64_t(1) << (width - d)) - 1);
+      _mm512_store_si512(dst + d, _mm512_maskz_loadu_epi16(m, p + d));
+      d += 32;
+    }
+    for (; d < wp; d += 32) _mm512_store_si512(dst + d, _mm512_setzero_si512());
+    return;
+  }
+  static const Fp8Tables tables;
+  const uint16_t* t = dtype == DType::fp8_e4m3 ? tables.e4m3.data() : tables.e5m2.data();
+  int d = 0;
+  for (; d < width; ++d) dst[d] = t[src[d]];
+  for (; d < wp; ++d) dst[d] = 0;
+}
+
+/// V as key pairs: row i of the B tiles holds (V[2i][c], V[2i+1][c]) for every column c.
+ATTN_AMX_TARGET void pack_v(const uint16_t* kbuf, int wp, uint16_t* vp, int rank) {
+  alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                  24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  for (int i = 0; i < kKeys / 2; ++i) {
+    const uint16_t* a = kbuf + size_t(2 * i) * wp;
+    const uint16_t* b = a + wp;
+    uint16_t* out = vp + size_t(i) * rank * 2;
+    for (int c = 0; c < rank; c += 32) {
+      const __m512i va = _mm512_load_si512(a + c), vb = _mm512_load_si512(b + c);
+      _mm512_store_si512(out + 2 * c, _mm512_permutex2var_epi16(va, lo, vb));
+      _mm512_store_si512(out + 2 * c + 32, _mm512_permutex2var_epi16(va, hi, vb));
+    }
+  }
+}
+
+ATTN_AMX_TARGET inline __m512 bf16_hi_as_f32(__m512i bf16_pairs_lo) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_pairs_lo, 16)); }
+
+/// q rows (fp32, times 1/mul) → per group and 32-wide d block, a B tile of bf16 pairs: tile row
+/// i holds (q[r][2i], q[r][2i+1]) in column r. Writes the hi part and the lo residue (the next
+/// tile set); returns whether any lo is needed (q not exactly bf16, i.e. f32 / f16 I/O).
+ATTN_AMX_TARGET bool pack_q(const float* q, int rows, int width, float inv_mul, int groups, int kd_blocks, uint16_t* qp) {
+  const __m512 vinv = _mm512_set1_ps(inv_mul), tiny = _mm512_set1_ps(0x1p-20f);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  bool need_lo = false;
+  for (int g = 0; g < groups; ++g) {
+    for (int kd = 0; kd < kd_blocks; ++kd) {
+      __m512i hi[16], lo[16];
+      const int d0 = kd * 32, nd = std::min(32, width - d0);
+      const __mmask16 m0 = nd >= 16 ? __mmask16(0xffff) : __mmask16((1u << nd) - 1);
+      const __mmask16 m1 = nd >= 32 ? __mmask16(0xffff) : nd > 16 ? __mmask16((1u << (nd - 16)) - 1) : __mmask16(0);
+      for (int r = 0; r < kRows; ++r) {
+        const int row = g * kRows + r;
+        if (row >= rows) {
+          hi[r] = lo[r] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* src = q + size_t(row) * width + d0;
+        const __m512 u0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, src), vinv);
+        const __m512 u1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, src + 16), vinv);
+        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(u1, u0);  // [u0 as bf16 | u1 as bf16]
+        const __m512 h0 = bf16_hi_as_f32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)));
+        const __m512 h1 = bf16_hi_as_f32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)));
+        const __m512 e0 = _mm512_sub_ps(u0, h0), e1 = _mm512_sub_ps(u1, h1);
+        // Residue of q * mul / mul (~2^-24 |u|) does not count: bf16 I/O needs no lo part.
+        need_lo |= _mm512_cmp_ps_mask(_mm512_and_ps(e0, abs_mask), _mm512_mul_ps(_mm512_and_ps(u0, abs_mask), tiny), _CMP_GT_OQ) != 0;
+        need_lo |= _mm512_cmp_ps_mask(_mm512_and_ps(e1, abs_mask), _mm512_mul_ps(_mm512_and_ps(u1, abs_mask), tiny), _CMP_GT_OQ) != 0;
+        hi[r] = h;
+        lo[r] = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
+      }
+      // Lane i of row r is the pair (q[r][2i], q[r][2i+1]); the tile wants row i, lane r.
+      transpose16(hi);
+      transpose16(lo);
+      uint16_t* th = qp + (size_t(g) * 2 * kd_blocks + kd) * kTile;
+      uint16_t* tl = qp + ((size_t(g) * 2 + 1) * kd_blocks + kd) * kTile;
+      for (int i = 0; i < 16; ++i) {
+        _mm512_store_si512(th + i * 32, hi[i]);
+        _mm512_store_si512(tl + i * 32, lo[i]);
+      }
+    }
+  }
+  return need_lo;
+}
+
+struct Scratch {
+  std::vector<uint16_t> k, v, q, p;
+  std::vector<float> s, acc, m, l, alpha;
+  std::vector<int32_t> lim;
+};
+
+ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
+  thread_local Scratch sc;
+  const int W = a.width, R = a.rank, wp = (W + 31) / 32 * 32, KD = wp / 32;
+  const int G = (a.rows + kRows - 1) / kRows, GR = G * kRows;
+  const float q_mul = a.q_mul > 0.0f ? a.q_mul : 1.0f;
+
+  // q → bf16 pair tiles per group: [G][hi, lo][KD] tiles, tile row i = d pair, column = row r.
+  uint16_t* qp = aligned(sc.q, size_t(G) * 2 * KD * kTile);
+  const bool need_lo = pack_q(a.q, a.rows, W, 1.0f / q_mul, G, KD, qp);
+
+  // Running state, padded to whole groups; acc holds Σ p·V of the stored (unscaled) values.
+  float* acc = aligned(sc.acc, size_t(GR) * R);
+  float* m = aligned(sc.m, GR);
+  float* l = aligned(sc.l, GR);
+  float* alpha = aligned(sc.alpha, GR);
+  int32_t* lim = aligned(sc.lim, GR);
+  const float inv_scale = 1.0f / a.kv_scale;
+  for (int row = 0; row < GR; ++row) {
+    const bool real = row < a.rows;
+    m[row] = real ? a.m[row] : -INFINITY;
+    l[row] = real ? a.l[row] : 0.0f;
+    lim[row] = real ? std::clamp(a.row_limit[row], 0, a.num_keys) : 0;
+    float* dst = acc + size_t(row) * R;
+    if (real) {
+      for (int c = 0; c < R; ++c) dst[c] = a.acc[size_t(row) * R + c] * inv_scale;
+    } else {
+      std::fill(dst, dst + R, 0.0f);
+    }
+  }
+  std::vector<int> group_limit(G, 0);
+  int max_limit = 0;
+  for (int row = 0; row < GR; ++row) {
+    group_limit[row / kRows] = std::max(group_limit[row / kRows], lim[row]);
+    max_limit = std::max(max_limit, lim[row]);
+  }
+
+  uint16_t* kbuf = aligned(sc.k, size_t(kKeys) * wp);
+  uint16_t* vp = aligned(sc.v, size_t(kKeys) * R);
+  uint16_t* pbuf = aligned(sc.p, size_t(kRows) * kKeys);
+  float* sbuf = aligned(sc.s, size_t(kKeys) * kRows);
+  const __m512 smul = _mm512_set1_ps(q_mul * a.kv_scale);
+  const int64_t ld_k = int64_t(wp) * 2, ld_acc = int64_t(R) * 4;
+  const int entry_lines = int((int64_t(W) * dtype_size(a.kv->dtype) + 63) / 64);
+
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+
+  for (int c0 = 0; c0 < max_limit; c0 += kKeys) {
+    const int n = std::min(kKeys, max_limit - c0);
+    for (int j = 0; j < n; ++j) {
+      // Next chunk's entry j: the DRAM latency overlaps this chunk's tile work.
+      if (c0 + kKeys + j < max_limit) {
+        const uint8_t* next = entry_ptr(*a.kv, a.slots[c0 + kKeys + j]);
+        for (int ln = 0; ln < entry_lines; ++ln) _mm_prefetch(reinterpret_cast<const char*>(next) + 64 * ln, _MM_HINT_T0);
+      }
+      pack_entry(a.kv->dtype, entry_ptr(*a.kv, a.slots[c0 + j]), kbuf + size_t(j) * wp, W, wp);
+    }
+    if (n < kKeys) std::memset(kbuf + size_t(n) * wp, 0, size_t(kKeys - n) * wp * 2);  // finite V for p = 0
+    pack_v(kbuf, wp, vp, R);
+
+    for (int g = 0; g < G; ++g) {
+      if (group_limit[g] <= c0) continue;
+      const uint16_t* qg = qp + size_t(g) * 2 * KD * kTile;
+      const bool two = n > 16;
+      _tile_zero(0);
+      _tile_zero(1);
+      for (int kd = 0; kd < KD; ++kd) {
+        _tile_loadd(2, kbuf + kd * 32, ld_k);
+        _tile_loadd(4, qg + size_t(kd) * kTile, 64);
+        _tile_dpbf16ps(0, 2, 4);
+        if (two) {
+          _tile_loadd(3, kbuf + size_t(16) * wp + kd * 32, ld_k);
+          _tile_dpbf16ps(1, 3, 4);
+        }
+        if (need_lo) {
+          _tile_loadd(5, qg + size_t(KD + kd) * kTile, 64);
+          _tile_dpbf16ps(0, 2, 5);
+          if (two) _tile_dpbf16ps(1, 3, 5);
+        }
+      }
+      _tile_stored(0, sbuf, 64);
+      if (two) _tile_stored(1, sbuf + 16 * kRows, 64);
+
+      // Online softmax, base 2, lanes = rows. Keys past a row's limit (causal) are masked.
+      const __m512i limv = _mm512_sub_epi32(_mm512_load_si512(lim + g * kRows), _mm512_set1_epi32(c0));
+      const __m512 m_old = _mm512_load_ps(m + g * kRows);
+      __m512 mx = m_old;
+      for (int t = 0; t < n; ++t) {
+        const __mmask16 valid = _mm512_cmpgt_epi32_mask(limv, _mm512_set1_epi32(t));
+        const __m512 s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), _mm512_mul_ps(_mm512_load_ps(sbuf + t * kRows), smul));
+        _mm512_store_ps(sbuf + t * kRows, s);
+        mx = _mm512_max_ps(mx, s);
+      }
+      const __mmask16 had = _mm512_cmp_ps_mask(m_old, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+      const __m512 al = _mm512_maskz_mov_ps(had, exp2_ps(_mm512_sub_ps(m_old, mx)));
+      const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+      __m512 sum = _mm512_setzero_ps();
+      __m512i pairs[16];
+      alignas(64) static const uint16_t mix_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+      const __m512i mix = _mm512_load_si512(mix_idx);
+      for (int i = 0; i < kKeys / 2; ++i) {
+        __m512 p2[2];
+        for (int e = 0; e < 2; ++e) {
+          const int t = 2 * i + e;
+          p2[e] = _mm512_setzero_ps();
+          if (t < n) {
+            const __m512 s = _mm512_load_ps(sbuf + t * kRows);
+            const __mmask16 ok = live & _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+            p2[e] = _mm512_maskz_mov_ps(ok, exp2_ps(_mm512_sub_ps(s, mx)));
+            sum = _mm512_add_ps(sum, p2[e]);
+          }
+        }
+        // Lane r: the bf16 pair (p[2i][r], p[2i+1][r]); transposed below into P rows.
+        pairs[i] = _mm512_permutexvar_epi16(mix, (__m512i)_mm512_cvtne2ps_pbh(p2[1], p2[0]));
+      }
+      transpose16(pairs);
+      for (int r = 0; r < kRows; ++r) _mm512_store_si512(pbuf + r * kKeys, pairs[r]);
+      _mm512_store_ps(l + g * kRows, _mm512_fmadd_ps(_mm512_load_ps(l + g * kRows), al, sum));
+      _mm512_store_ps(m + g * kRows, mx);
+      _mm512_store_ps(alpha, al);
+      for (int r = 0; r < kRows; ++r) {
+        if (alpha[r] == 1.0f || !((had >> r) & 1)) continue;  // unchanged max, or nothing accumulated yet
+        float* row = acc + size_t(g * kRows + r) * R;
+        const __m512 va = _mm512_set1_ps(alpha[r]);
+        for (int c = 0; c < R; c += 16) _mm512_store_ps(row + c, _mm512_mul_ps(_mm512_load_ps(row + c), va));
+      }
+
+      _tile_loadd(5, pbuf, 64);
+      float* ag = acc + size_t(g) * kRows * R;
+      int c = 0;
+      for (; c + 32 <= R; c += 32) {
+        _tile_loadd(0, ag + c, ld_acc);
+        _tile_loadd(1, vp + 2 * c, ld_acc);
+        _tile_loadd(2, ag + c + 16, ld_acc);
+        _tile_loadd(3, vp + 2 * c + 32, ld_acc);
+        _tile_dpbf16ps(0, 5, 1);
+        _tile_dpbf16ps(2, 5, 3);
+        _tile_stored(0, ag + c, ld_acc);
+        _tile_stored(2, ag + c + 16, ld_acc);
+      }
+    }
+  }
+  _tile_release();
+
+  for (int row = 0; row < a.rows; ++row) {
+    a.m[row] = m[row];
+    a.l[row] = l[row];
+    const float* src = acc + size_t(row) * R;
+    for (int c = 0; c < R; ++c) a.acc[size_t(row) * R + c] = src[c] * a.kv_scale;
+  }
+}
+
+void attend_amx_entry(const AttendArgs& a) {
+  if (amx_handles(a)) {
+    attend_amx_impl(a);
+  } else {
+    attend_avx512()(a);
+  }
+}
+
+}  // namespace
+
+bool amx_handles(const AttendArgs& a) {
+  return amx_handles_storage(a.kv->dtype) && a.v_offset < 0 && a.k_offset == 0 && a.rank % 32 == 0 && a.rank <= a.width &&
+         std::isfinite(a.kv_scale) && a.kv_scale > 0.0f;
+}
+
+AttendFn attend_amx() { return &attend_amx_entry; }
+
+}  // namespace attn::mla
+
+#else
+
+namespace attn::mla {
+bool amx_handles(const AttendArgs&) { return false; }
+AttendFn attend_amx() { return nullptr; }
+}  // namespace attn::mla
+
+#endif

@@ -1,0 +1,127 @@
+// cpu_mla / cpu_sparse under every attend kernel this CPU runs (ATTN_MLA_ISA=amx|avx512|generic):
+// the same fp64 oracles, the variant naming the kernel that ran, and the AMX kernel's edges
+// (partial 16-row groups, causal limits inside a 32-key chunk, hi/lo-split f32 q, fp8 caches).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "attn/attn.hpp"
+#include "backends/cpu_mla/mla_kernel.hpp"
+#include "support/mla_reference.hpp"
+
+namespace attn::test {
+namespace {
+
+/// Sets ATTN_MLA_ISA for one scope and restores what was there.
+class IsaEnv {
+ public:
+  explicit IsaEnv(const std::string& value) {
+    if (const char* old = std::getenv("ATTN_MLA_ISA")) old_ = old;
+    setenv("ATTN_MLA_ISA", value.c_str(), 1);
+  }
+  ~IsaEnv() {
+    if (old_) setenv("ATTN_MLA_ISA", old_->c_str(), 1);
+    else unsetenv("ATTN_MLA_ISA");
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+std::vector<mla::MlaIsa> isas_here() {
+  std::vector<mla::MlaIsa> v{mla::MlaIsa::portable};
+  const mla::MlaIsa best = [] {
+    IsaEnv auto_env("auto");
+    return mla::chosen_isa(detect_cpu());
+  }();
+  if (best >= mla::MlaIsa::avx512) v.push_back(mla::MlaIsa::avx512);
+  if (best >= mla::MlaIsa::amx) v.push_back(mla::MlaIsa::amx);
+  return v;
+}
+
+std::string isa_env_name(mla::MlaIsa isa) { return isa == mla::MlaIsa::portable ? "generic" : std::string(to_string(isa)); }
+
+void expect_matches(const MlaCaseSpec& spec, const std::string& want_variant) {
+  MlaCase c = make_mla_case(spec);
+  EXPECT_EQ(c.impl->variant().substr(0, want_variant.size()), want_variant) << c.impl->variant();
+  run_mla_forward(c);
+  const CompareResult r = compare_values(tensor_values(c.out), mla_absorbed_reference(c),
+                                         tolerance(spec.dtype, c.cache->spec().dtype));
+  EXPECT_TRUE(r.ok) << want_variant << " " << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
+}
+
+MlaCaseSpec base(const std::string& backend, DType io, KVCacheDType kv, uint64_t seed) {
+  MlaCaseSpec s;
+  s.backend = backend;
+  s.dtype = io;
+  s.kv_cache_dtype = kv;
+  s.seed = seed;
+  s.num_heads = 20;  // one full 16-row group and a partial one
+  // decode, chunked prefill crossing 32-key chunks mid-way, fresh prefill, one-token sequence
+  s.seqs = {{37, 1}, {50, 13}, {0, 29}, {1, 1}};
+  s.kv_scale = 0.05f;
+  if (backend == "cpu_sparse") s.topk = 40;
+  return s;
+}
+
+TEST(CpuMlaIsa, EveryKernelMatchesTheOracle) {
+  const uint64_t seed = fresh_seed();
+  for (mla::MlaIsa isa : isas_here()) {
+    IsaEnv env(isa_env_name(isa));
+    for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
+      for (DType io : {DType::bfloat16, DType::float32, DType::float16}) {
+        for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
+          const MlaCaseSpec spec = base(backend, io, kv, seed);
+          const DType storage = kv_storage_dtype(kv, io);
+          // AMX serves bf16 / fp8 caches; a float32 or float16 cache runs the avx512 kernel.
+          const mla::MlaIsa ran = isa == mla::MlaIsa::amx && !mla::amx_handles_storage(storage) ? mla::MlaIsa::avx512 : isa;
+          expect_matches(spec, std::string(to_string(ran)));
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMlaIsa, DeepSeekHeadsLongContextAndThreads) {
+  const uint64_t seed = fresh_seed();
+  for (mla::MlaIsa isa : isas_here()) {
+    if (isa == mla::MlaIsa::portable) continue;  // the long cases are slow without SIMD
+    IsaEnv env(isa_env_name(isa));
+    for (int heads : {1, 16, 128}) {
+      for (int threads : {1, 2}) {
+        MlaCaseSpec spec = base("cpu_mla", DType::bfloat16, KVCacheDType::auto_, seed + heads + threads);
+        spec.num_heads = heads;
+        spec.num_threads = threads;
+        spec.seqs = {{700, 1}, {33, 40}};  // a split decode and a prefill chunk of 40 tokens
+        expect_matches(spec, std::string(to_string(isa)));
+      }
+    }
+    MlaCaseSpec sparse = base("cpu_sparse", DType::bfloat16, KVCacheDType::fp8_e4m3, seed);
+    sparse.num_heads = 128;
+    sparse.seqs = {{1500, 2}};
+    sparse.topk = 1100;
+    sparse.num_threads = 2;
+    expect_matches(sparse, std::string(to_string(isa)));
+  }
+}
+
+TEST(CpuMlaIsa, UnknownIsaIsAnErrorAndRequestsAreCappedByThePlatform) {
+  {
+    IsaEnv env("sse9");
+    try {
+      (void)mla::chosen_isa(detect_cpu());
+      FAIL() << "an unknown ATTN_MLA_ISA must be rejected";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ATTN_MLA_ISA=sse9"), std::string::npos) << e.what();
+    }
+  }
+  IsaEnv env("amx");
+  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512")), "avx512");
+  EXPECT_EQ(mla::variant_for(parse_platform("cpu:generic")), "portable");
+  // Block-sparse rows carry separate K and V: never the AMX kernel.
+  EXPECT_NE(mla::variant_for(detect_cpu(), /*latent=*/false), "amx");
+}
+
+}  // namespace
+}  // namespace attn::test
