@@ -67,9 +67,8 @@ std::vector<int> sample_sizes(const SizeRule& rule, int max_count, int cap) {
   switch (rule.kind) {
     case SizeRule::Kind::any: c = {1, 3, 16, 17, 64, 72, 80, 128, 130, 256}; break;
     case SizeRule::Kind::one_of: c = rule.values; break;
-    case SizeRule::Kind::range:
-      c = {rule.lo, rule.hi, rule.lo + (rule.hi - rule.lo) / rule.step / 2 * rule.step, rule.lo + rule.step};
-      if (rule.step == 1) c.push_back(rule.lo | 1);
+    case SizeRule::Kind::range:  // every value (up to the cap); spread() below keeps both ends
+      for (int x = rule.lo; x <= std::min(rule.hi, cap) && c.size() < 4096; x += std::max(rule.step, 1)) c.push_back(x);
       break;
     case SizeRule::Kind::multiple_of:
       for (int b : rule.values) c.insert(c.end(), {b, 2 * b, 3 * b});
