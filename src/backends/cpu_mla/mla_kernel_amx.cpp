@@ -112,7 +112,7 @@ ATTN_AMX_TARGET inline void transpose16(__m512i r[16]) {
 /// of `wp` values in the key buffer (zero padded) and row i of the V pair tiles, which holds
 /// (V[2i][c], V[2i+1][c]) for every latent column c. One pass: the cache bytes are read once.
 ATTN_AMX_TARGET void pack_pair(DType dtype, const uint8_t* src0, const uint8_t* src1, int width, int wp, int rank,
-                               uint16_t* k0, uint16_t* vp_row) {
+                               uint16_t* k0, uint16_t* vp_row, bool store_k) {
   alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
@@ -141,8 +141,10 @@ ATTN_AMX_TARGET void pack_pair(DType dtype, const uint8_t* src0, const uint8_t* 
       const __mmask32 m = d + 32 <= width ? ~__mmask32(0) : d < width ? __mmask32((uint64_t(1) << (width - d)) - 1) : 0;
       va = p0 ? _mm512_maskz_loadu_epi16(m, p0 + d) : _mm512_setzero_si512();
       vb = p1 ? _mm512_maskz_loadu_epi16(m, p1 + d) : _mm512_setzero_si512();
-      _mm512_store_si512(k0 + d, va);
-      _mm512_store_si512(k1 + d, vb);
+      if (store_k) {
+        _mm512_store_si512(k0 + d, va);
+        _mm512_store_si512(k1 + d, vb);
+      }
     } else {
       va = _mm512_load_si512(k0 + d);
       vb = _mm512_load_si512(k1 + d);
@@ -249,22 +251,30 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
   uint16_t* pbuf = aligned(sc.p, size_t(kRows) * kKeys);
   float* sbuf = aligned(sc.s, size_t(kKeys) * kRows);
   const __m512 smul = _mm512_set1_ps(q_mul * a.kv_scale);
-  const int64_t ld_k = int64_t(wp) * 2, ld_acc = int64_t(R) * 4;
+  const int64_t ld_acc = int64_t(R) * 4;
+  const int64_t entry_bytes = a.kv->token_stride * 2;
+  // Scores may read K tiles straight from the cache when a chunk's 32 bf16 entries are
+  // consecutive in one block and rows need no padding: no copy, only the V pairs are packed.
+  const bool direct_ok = a.kv->dtype == DType::bfloat16 && W % 32 == 0;
 
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
   _tile_loadconfig(&cfg);
 
-  // Entry addresses of this chunk. No
-  // software prefetch: entries are long contiguous runs (a block is 64 × 1152 bytes) that the
-  // hardware streamer already fetches; measured, prefetching 18 lines per entry only stalled.
+  // Entry addresses of this chunk. No software prefetch: entries are long contiguous runs (a
+  // block is 64 × 1152 bytes) that the hardware streamer already fetches; measured, prefetching
+  // 18 lines per entry only stalled.
   const uint8_t* cur[kKeys];
   for (int c0 = 0; c0 < max_limit; c0 += kKeys) {
     const int n = std::min(kKeys, max_limit - c0);
     for (int j = 0; j < n; ++j) cur[j] = entry_ptr(*a.kv, a.slots[c0 + j]);
+    bool direct = direct_ok && n == kKeys;
+    for (int j = 1; j < n && direct; ++j) direct = cur[j] == cur[0] + j * entry_bytes;
+    const uint16_t* kbase = direct ? reinterpret_cast<const uint16_t*>(cur[0]) : kbuf;
+    const int64_t ld_k = direct ? entry_bytes : int64_t(wp) * 2;
     for (int i = 0; i < kKeys / 2; ++i)
       pack_pair(a.kv->dtype, 2 * i < n ? cur[2 * i] : nullptr, 2 * i + 1 < n ? cur[2 * i + 1] : nullptr, W, wp, R,
-                kbuf + size_t(2 * i) * wp, vp + size_t(i) * R * 2);
+                kbuf + size_t(2 * i) * wp, vp + size_t(i) * R * 2, !direct);
 
     for (int g = 0; g < G; ++g) {
       if (group_limit[g] <= c0) continue;
@@ -273,11 +283,11 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
       _tile_zero(0);
       _tile_zero(1);
       for (int kd = 0; kd < KD; ++kd) {
-        _tile_loadd(2, kbuf + kd * 32, ld_k);
+        _tile_loadd(2, kbase + kd * 32, ld_k);
         _tile_loadd(4, qg + size_t(kd) * kTile, 64);
         _tile_dpbf16ps(0, 2, 4);
         if (two) {
-          _tile_loadd(3, kbuf + size_t(16) * wp + kd * 32, ld_k);
+          _tile_loadd(3, reinterpret_cast<const uint8_t*>(kbase) + 16 * ld_k + kd * 64, ld_k);
           _tile_dpbf16ps(1, 3, 4);
         }
         if (need_lo) {
