@@ -2,10 +2,11 @@
 // A portable file: the AMX/AVX-512 code lives in functions with a target attribute and runs only
 // after mla_isa.cpp has checked the CPU and obtained the kernel's permission for tile data.
 //
-// Per chunk of 32 cache entries (the only DRAM read: each entry is copied once into an L1/L2
-// buffer as bf16) and per group of 16 query rows (heads):
-//   Sᵀ[32 keys][16 rows] = K[32][width] · Qᵀ   TDPBF16PS, A = the key buffer as it is, B = q
-//                                              packed once per call as bf16 pairs along d
+// Per chunk of 32 cache entries (read from DRAM once: each key pair is packed into the V pair
+// tiles, and into a bf16 key buffer unless the chunk is contiguous bf16, whose K tiles are then
+// loaded in place) and per group of 16 query rows (heads):
+//   Sᵀ[32 keys][16 rows] = K[32][width] · Qᵀ   TDPBF16PS, A = the keys as stored, B = q packed
+//                                              once per call as bf16 pairs along d
 //   online softmax in fp32 (AVX-512): rows are the 16 lanes, so per-row max/sum are lane-wise
 //   O[16 rows][rank] += P[16][32] · V[32][rank] TDPBF16PS, A = P (bf16, transposed from Sᵀ),
 //                                              B = the entries' latent part packed as key pairs
