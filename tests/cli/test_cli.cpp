@@ -179,7 +179,9 @@ TEST(Cli, RunJsonOnATinyModel) {
   EXPECT_EQ(j["decode"]["tokens"], 6);
   EXPECT_GT(j["prefill"]["tokens_per_s"].get<double>(), 0.0);
   EXPECT_GT(j["decode"]["tokens_per_s"].get<double>(), 0.0);
-  EXPECT_GT(j["cache_bytes"].get<double>(), 0.0);
+  EXPECT_GT(j["kv_cache_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(j["state_cache_bytes"], 0);
+  EXPECT_TRUE(j["mixer_spot_check"].is_null());
   ASSERT_TRUE(j["spot_check"].is_object()) << j.dump();
   EXPECT_TRUE(j["spot_check"]["passed"].get<bool>()) << j["spot_check"].dump();
   EXPECT_EQ(j["spot_check"]["reference"], "reference");
@@ -195,17 +197,117 @@ TEST(Cli, RunForcedOntoTheReference) {
   EXPECT_NE(r.out.find("spot check: layer 0 (reference)"), std::string::npos) << r.out;
 }
 
-TEST(Cli, RunOfAnAttentionFreeModelSkipsItsMixers) {
-  json cfg = {{"architectures", {"MambaForCausalLM"}}, {"model_type", "mamba"}, {"hidden_size", 64},
-              {"num_hidden_layers", 2}, {"state_size", 4}, {"conv_kernel", 4}};
-  const fs::path model = tiny_model("tiny_mamba", cfg);
-  CliResult r = attn_cli("run --model '" + model.string() + "' --batch 1 --prompt-len 4 --decode-steps 1 --json");
+json tiny_mamba() {
+  return {{"architectures", {"MambaForCausalLM"}}, {"model_type", "mamba"}, {"hidden_size", 64},
+          {"num_hidden_layers", 2}, {"state_size", 4}, {"conv_kernel", 4}};
+}
+
+/// Jamba's layout at toy size: layer 2 of every 4 is attention, the rest Mamba-1 mixers.
+json tiny_jamba() {
+  return {{"architectures", {"JambaForCausalLM"}}, {"model_type", "jamba"}, {"hidden_size", 64},
+          {"num_hidden_layers", 8}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"attn_layer_period", 4},
+          {"attn_layer_offset", 2}, {"mamba_d_state", 4}, {"mamba_d_conv", 4}, {"mamba_expand", 2},
+          {"torch_dtype", "bfloat16"}};
+}
+
+json run_json(const std::string& name, const json& cfg, const std::string& sizes) {
+  const fs::path model = tiny_model(name, cfg);
+  CliResult r = attn_cli("run --model '" + model.string() + "' " + sizes + " --json");
   fs::remove(model);
-  ASSERT_EQ(r.rc, 0) << r.err;
-  json j = json::parse(r.out);
+  EXPECT_EQ(r.rc, 0) << r.err << r.out;
+  return json::parse(r.out.empty() ? "{}" : r.out);
+}
+
+void expect_phase(const json& phase, int64_t tokens) {
+  EXPECT_EQ(phase["tokens"], tokens) << phase.dump();
+  EXPECT_GT(phase["seconds"].get<double>(), 0.0) << phase.dump();
+  EXPECT_GT(phase["tokens_per_s"].get<double>(), 0.0) << phase.dump();
+}
+
+void expect_mixer_check_passed(const json& c, int layer, const std::string& backend) {
+  ASSERT_TRUE(c.is_object()) << c.dump();
+  EXPECT_EQ(c["layer"], layer);
+  EXPECT_EQ(c["backend"], backend);
+  EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+  EXPECT_GT(c["values_compared"].get<int64_t>(), 0);
+  EXPECT_NE(c["reference"].get<std::string>().find("one token per call"), std::string::npos) << c.dump();
+}
+
+TEST(Cli, RunOfAnAttentionFreeModelRunsEveryMixerLayer) {
+  json j = run_json("tiny_mamba", tiny_mamba(), "--batch 2 --prompt-len 5 --decode-steps 3");
   EXPECT_EQ(j["attention_layers"], 0);
-  EXPECT_EQ(j["mixer_layers_skipped"], 2);
+  EXPECT_EQ(j["mixer_layers"], 2);
+  EXPECT_EQ(j["decode_steps"], 3);  // mixers decode: the model is a decoder without attention
+  expect_phase(j["prefill"], 10);
+  expect_phase(j["decode"], 6);
+  expect_phase(j["by_kind"]["mixer"]["prefill"], 10);
+  expect_phase(j["by_kind"]["mixer"]["decode"], 6);
+  EXPECT_EQ(j["by_kind"]["attention"]["layers"], 0);
+  EXPECT_EQ(j["kv_cache_bytes"], 0);
+  // Two layers, two slots each: conv [128, 3] + ssm [128, 4] floats per slot.
+  EXPECT_EQ(j["state_cache_bytes"], 2 * 2 * (128 * 3 + 128 * 4) * 4);
   EXPECT_TRUE(j["spot_check"].is_null());
+  EXPECT_TRUE(j["spot_check_skipped"].is_string());
+  expect_mixer_check_passed(j["mixer_spot_check"], 0, "mamba1");
+  EXPECT_EQ(j["mixer_spot_check"]["steps"], 4);  // the prefill and 3 decode steps
+  ASSERT_EQ(j["groups"].size(), 1u);
+  EXPECT_EQ(j["groups"][0]["state_slots"], 2);
+}
+
+TEST(Cli, RunOfAHybridModelRunsAttentionAndMixers) {
+  json j = run_json("tiny_jamba", tiny_jamba(), "--batch 2 --prompt-len 12 --decode-steps 2");
+  EXPECT_EQ(j["attention_layers"], 2);
+  EXPECT_EQ(j["mixer_layers"], 6);
+  for (const char* kind : {"attention", "mixer"}) {
+    SCOPED_TRACE(kind);
+    expect_phase(j["by_kind"][kind]["prefill"], 24);
+    expect_phase(j["by_kind"][kind]["decode"], 4);
+  }
+  const double total = j["prefill"]["seconds"].get<double>();
+  EXPECT_DOUBLE_EQ(total, j["by_kind"]["attention"]["prefill"]["seconds"].get<double>() +
+                              j["by_kind"]["mixer"]["prefill"]["seconds"].get<double>());
+  EXPECT_GT(j["kv_cache_bytes"].get<double>(), 0.0);
+  EXPECT_GT(j["state_cache_bytes"].get<double>(), 0.0);
+  ASSERT_TRUE(j["spot_check"].is_object()) << j.dump();
+  EXPECT_EQ(j["spot_check"]["layer"], 2);
+  EXPECT_TRUE(j["spot_check"]["passed"].get<bool>()) << j["spot_check"].dump();
+  expect_mixer_check_passed(j["mixer_spot_check"], 0, "mamba1");
+  int mixer_groups = 0;
+  for (const auto& g : j["groups"]) {
+    if (g["kind"] != "mixer") continue;
+    ++mixer_groups;
+    EXPECT_EQ(g["backend"], "mamba1");
+    EXPECT_EQ(g["layers"].get<std::vector<int>>(), (std::vector<int>{0, 1, 3, 4, 5, 7}));
+    EXPECT_GT(g["state_bytes_per_layer"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(mixer_groups, 1);
+}
+
+TEST(Cli, RunChecksAChunkedMixerAgainstItsSequentialRecurrence) {
+  json cfg = {{"architectures", {"Mamba2ForCausalLM"}}, {"model_type", "mamba2"}, {"hidden_size", 64},
+              {"num_hidden_layers", 1}, {"state_size", 8}, {"conv_kernel", 4}, {"num_heads", 4}, {"head_dim", 32}};
+  // 70 prompt tokens: more than one 64-token chunk, so the chunked form really runs.
+  json j = run_json("tiny_mamba2", cfg, "--batch 2 --prompt-len 70 --decode-steps 2");
+  expect_mixer_check_passed(j["mixer_spot_check"], 0, "mamba2");
+  EXPECT_NE(j["mixer_spot_check"]["reference"].get<std::string>().find("chunk_size 0"), std::string::npos);
+}
+
+TEST(Cli, RunReportsTheMlaFormOfEachPhase) {
+  // DeepSeek-V2-Lite's attention at toy depth: 2 layers, 16 heads, latent 512 + rope 64.
+  json cfg = {{"architectures", {"DeepseekV2ForCausalLM"}}, {"model_type", "deepseek_v2"}, {"hidden_size", 256},
+              {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
+              {"kv_lora_rank", 512}, {"qk_rope_head_dim", 64}, {"qk_nope_head_dim", 128}, {"v_head_dim", 128},
+              {"torch_dtype", "bfloat16"}};
+  // A 400-token prompt makes the expanded form cheaper; decode stays absorbed.
+  json j = run_json("tiny_deepseek", cfg, "--batch 1 --prompt-len 400 --decode-steps 1");
+  ASSERT_EQ(j["groups"].size(), 1u) << j.dump();
+  const json& g = j["groups"][0];
+  EXPECT_EQ(g["backend"], "cpu_mla");
+  EXPECT_EQ(g["mla_form"]["prefill"], "expanded") << g.dump();
+  EXPECT_EQ(g["mla_form"]["decode"], "absorbed") << g.dump();
+  EXPECT_TRUE(j["spot_check"]["passed"].get<bool>()) << j["spot_check"].dump();
+  ASSERT_TRUE(j["mla_expanded_check"].is_object()) << j.dump();
+  EXPECT_TRUE(j["mla_expanded_check"]["passed"].get<bool>()) << j["mla_expanded_check"].dump();
 }
 
 TEST(Cli, CheckPassesForEveryAvailableBackend) {
@@ -214,6 +316,30 @@ TEST(Cli, CheckPassesForEveryAvailableBackend) {
   json j = json::parse(r.out);
   EXPECT_TRUE(j["passed"].get<bool>());
   for (const auto& res : j["results"]) EXPECT_EQ(res["status"], "pass") << res.dump();
+}
+
+TEST(Cli, BenchQuickMixerFiguresInJson) {
+  CliResult r = attn_cli("bench --quick --filter mixer --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  const double dram = j["ceiling.dram_read_gbs"].get<double>();
+  EXPECT_GT(dram, 0.0);
+  for (const char* mixer : {"mamba1", "mamba2", "short_conv", "linear", "gdn"}) {
+    SCOPED_TRACE(mixer);
+    const std::string decode = std::string("mixer.decode.") + mixer;
+    ASSERT_TRUE(j.contains(decode + ".state_GBps")) << j.dump();
+    EXPECT_GT(j[decode + ".us_per_step"].get<double>(), 0.0);
+    // Measured against this run's DRAM bandwidth.
+    EXPECT_NEAR(j[decode + ".fraction_of_dram"].get<double>(), j[decode + ".state_GBps"].get<double>() / dram, 1e-9);
+  }
+  for (const char* mixer : {"mamba2", "linear", "gdn"}) {
+    EXPECT_GT(j[std::string("mixer.prefill.") + mixer + ".chunked_speedup"].get<double>(), 0.0) << mixer;
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    // The filter keeps the attention shapes and the MLA set out.
+    const bool ceiling_or_mixer = it.key().rfind("ceiling.", 0) == 0 || it.key().rfind("mixer.", 0) == 0 || it.key() == "threads";
+    EXPECT_TRUE(ceiling_or_mixer) << it.key();
+  }
 }
 
 TEST(Cli, BenchIsDeclared) {

@@ -1,5 +1,6 @@
 // `attn bench`: cpu_flash on the shapes, as fractions of this machine's own measured
-// ceilings (DRAM read bandwidth, bf16 dot peak) and as speed-ups over `reference`.
+// ceilings (DRAM read bandwidth, bf16 dot peak) and as speed-ups over `reference`; then the
+// MLA / sparse and mixer figure sets against the DRAM bandwidth measured in the same run.
 #include "bench.hpp"
 
 #include <omp.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "bench_kit.hpp"
+#include "bench_sets.hpp"
 
 namespace attn_cli {
 namespace {
@@ -63,6 +65,7 @@ bool is_decode(const Shape& s) { return s.query_len == 1; }
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);  // the mixer figures run on the default team
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   const int reps = o.quick ? 3 : 9;
   const std::size_t pool = (o.quick ? 256 : 1024) * kMiB;  // ≫ last-level cache for the full run
@@ -113,6 +116,9 @@ int run_bench(const BenchOptions& o) {
     rows.push_back(r);
   }
 
+  const std::vector<FigureSet> sets =
+      run_figure_sets(o.filter, o.quick, dram, threads, [&](const std::string& name) { log("  " + name + " figures ...\n"); });
+
   nlohmann::ordered_json j;
   j["threads"] = threads;
   j["ceiling.dram_read_gbs"] = dram;
@@ -131,12 +137,16 @@ int run_bench(const BenchOptions& o) {
       if (b.name == r.name.substr(0, at) + "_bf16") j[r.name.substr(0, at) + ".fp8_speedup_over_bf16"] = b.ms / r.ms;
   }
 
+  for (const FigureSet& s : sets)
+    for (const NamedFigure& f : s.figures) j[f.key] = f.value;
+
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("ceilings (%d threads): DRAM read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n", threads, dram,
                 fp32, bf16);
-    std::printf("%-38s %-12s %10s %12s %10s %12s\n", "shape", "variant", "ms", "figure", "of ceiling", "vs reference");
+    if (!rows.empty())
+      std::printf("%-38s %-12s %10s %12s %10s %12s\n", "shape", "variant", "ms", "figure", "of ceiling", "vs reference");
     for (const Row& r : rows) {
       char fig[32], ref[32];
       std::snprintf(fig, sizeof fig, r.kind == "decode" ? "%.1f GB/s" : "%.0f GFLOP/s", r.figure);
@@ -149,6 +159,11 @@ int run_bench(const BenchOptions& o) {
     for (auto it = j.begin(); it != j.end(); ++it)
       if (it.key().find("fp8_speedup") != std::string::npos)
         std::printf("%s: %.2fx\n", it.key().c_str(), it.value().get<double>());
+    for (const FigureSet& s : sets) {
+      std::printf("\n%s (%s):\n", s.name.c_str(), s.title.c_str());
+      for (const NamedFigure& f : s.figures)
+        std::printf("  %-44s %12.4g %-8s %s\n", f.key.c_str(), f.value, f.unit.c_str(), f.note.c_str());
+    }
   }
   if (!o.csv_path.empty()) {
     std::ofstream csv(o.csv_path);

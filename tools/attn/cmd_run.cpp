@@ -1,18 +1,22 @@
-// `attn run`: the model's attention workload on this machine. Every attention layer gets its
-// selected backend and its own paged cache; a prefill step then decode steps run through
-// write_kv + forward on random activations; the report gives tokens/s, cache memory and a spot
-// check of one layer against the reference backend.
+// `attn run`: every layer of the model on this machine. Attention layers get their selected
+// backend and their own paged cache (write_kv + forward); Mamba-family mixer layers get the
+// select_mamba backend and their own state cache (one slot per sequence). A prefill step then
+// decode steps run on random activations, layer by layer in model order; the report gives time
+// and tokens/s per layer kind, KV-cache and state-cache memory, and spot checks of one attention
+// layer against the reference and of one mixer layer against its sequential recurrence.
 #include <omp.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <optional>
 
+#include "attention_check.hpp"
 #include "attn/error.hpp"
+#include "attn/mamba.hpp"
 #include "attn/registry.hpp"
 #include "commands.hpp"
+#include "mixer_run.hpp"
 #include "plan.hpp"
 #include "workload.hpp"
 
@@ -22,8 +26,8 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-/// The sequences of one layer group: layers of a group share block tables (one KV-cache
-/// group in vLLM's terms), each layer has its own cache.
+/// The sequences of one attention layer group: layers of a group share block tables (one
+/// KV-cache group in vLLM's terms), each layer has its own cache.
 struct GroupState {
   const LayerGroup* group = nullptr;
   std::shared_ptr<const attn::BackendDescriptor> backend;
@@ -32,7 +36,9 @@ struct GroupState {
   std::unique_ptr<attn::BlockAllocator> alloc;
   std::vector<attn::SequenceBlocks> seqs;
   attn::BatchMetadata md;
+  std::string prefill_form, decode_form;  // MLA: the form each phase ran
 
+  bool decodes() const { return group->sample.attention.attn_type == attn::AttnType::decoder; }
   /// Appends `n` tokens to every sequence and builds this step's metadata.
   void advance(int32_t n) {
     std::vector<attn::SequenceSpec> specs;
@@ -45,18 +51,13 @@ struct GroupState {
   }
 };
 
+/// One layer of the model, attention or mixer.
 struct LayerState {
   int index = 0;
-  GroupState* group = nullptr;
-  std::unique_ptr<LayerRunner> runner;
-};
-
-/// What the spot check needs: the sample layer's inputs of every step, its last output.
-struct Recording {
-  int layer = -1;
-  std::vector<attn::BatchMetadata> mds;
-  std::vector<StepInputs> inputs;
-  attn::Buffer last_out;
+  GroupState* group = nullptr;           // attention
+  std::unique_ptr<LayerRunner> runner;   // attention
+  const LayerGroup* mixer_group = nullptr;
+  std::unique_ptr<MixerRunner> mixer;    // mixer
 };
 
 struct PhaseTime {
@@ -65,6 +66,13 @@ struct PhaseTime {
   json to_json() const {
     return {{"tokens", tokens}, {"seconds", seconds}, {"tokens_per_s", seconds > 0 ? double(tokens) / seconds : 0.0}};
   }
+};
+
+/// Time of one layer kind in both phases.
+struct KindTime {
+  int layers = 0;
+  PhaseTime prefill, decode;
+  json to_json() const { return {{"layers", layers}, {"prefill", prefill.to_json()}, {"decode", decode.to_json()}}; }
 };
 
 attn::LayerParams layer_params(const attn::ModelLayer& layer, int threads, Rng& rng) {
@@ -78,44 +86,39 @@ attn::LayerParams layer_params(const attn::ModelLayer& layer, int threads, Rng& 
   return p;
 }
 
-/// The first attention layer the reference can check (directly or in its oracle form).
-int pick_sample_layer(const Plan& plan, const attn::Platform& platform, std::string& why_none) {
-  auto ref = attn::Registry::instance().find("reference");
-  if (!ref) {
-    why_none = "no 'reference' backend registered";
-    return -1;
+const LayerGroup& group_of(const Plan& plan, int layer) {
+  for (const auto& g : plan.groups) {
+    for (int i : g.layers) if (i == layer) return g;
   }
-  for (const auto& l : plan.model.layers) {
-    if (l.kind != attn::LayerKind::attention) continue;
-    auto reasons = attn::check_capabilities(ref->caps, oracle_config(l.attention), platform);
-    if (reasons.empty()) return l.index;
-    if (why_none.empty()) why_none = "reference cannot serve layer " + std::to_string(l.index) + ": " + reasons[0].to_string();
-  }
-  if (why_none.empty()) why_none = "the model has no attention layers";
-  return -1;
+  throw attn::Error("layer=" + std::to_string(layer) + " invalid: expected a layer of the plan");
 }
 
-json spot_check(const Recording& rec, const LayerState& layer, Rng& rng) {
-  auto ref = attn::Registry::instance().find("reference");
-  attn::LayerParams p = layer.runner->params();
-  p.scale = p.effective_scale();  // the oracle's head_size may differ (MLA); keep the layer's scale
-  p.config = oracle_config(p.config);
-  LayerRunner oracle(*ref, p, layer.group->num_blocks, layer.group->block_size);
-  for (size_t i = 0; i < rec.mds.size(); ++i) oracle.write(rec.mds[i], rec.inputs[i]);
-  attn::Buffer out = make_output(p.config, rec.mds.back().num_tokens);
-  oracle.forward(rec.mds.back(), rec.inputs.back(), out.view(), rng);
-  const Tolerance tol = tolerance_for(layer.runner->params().config);
-  const Comparison c = compare(rec.last_out, out, tol);
-  json j{{"layer", rec.layer}, {"backend", layer.group->group->decision.backend}, {"reference", "reference"},
-         {"max_abs_err", c.max_abs_err}, {"atol", tol.atol}, {"rtol", tol.rtol}, {"passed", c.ok}};
-  if (!c.ok) j["first_failure"] = c.first_failure;
-  return j;
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string mib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
   return buf;
+}
+
+void print_check(const char* what, const json& c) {
+  std::printf("  %s: layer %d (%s) vs %s: max |err| %.3g (tolerance %.3g + %.3g*|ref|): %s\n", what, c["layer"].get<int>(),
+              c["backend"].get<std::string>().c_str(), c["reference"].get<std::string>().c_str(),
+              c["max_abs_err"].get<double>(), c["atol"].get<double>(), c["rtol"].get<double>(),
+              c["passed"].get<bool>() ? "PASS" : "FAIL");
+  if (!c["passed"].get<bool>()) std::printf("    first failure %s\n", c["first_failure"].get<std::string>().c_str());
+}
+
+void print_phase(const char* name, const PhaseTime& total, const KindTime& attention, const KindTime& mixer, bool decode) {
+  std::printf("  %-8s %lld tokens in %.3f s -> %.0f tokens/s\n", (std::string(name) + ":").c_str(), (long long)total.tokens, total.seconds,
+              total.to_json()["tokens_per_s"].get<double>());
+  for (const KindTime* k : {&attention, &mixer}) {
+    if (!k->layers) continue;
+    const PhaseTime& t = decode ? k->decode : k->prefill;
+    const bool attn_kind = k == &attention;
+    std::printf("    %-9s %3d layers: %.3f s -> %.0f tokens/s (%s)\n", attn_kind ? "attention" : "mixer", k->layers, t.seconds,
+                t.to_json()["tokens_per_s"].get<double>(), attn_kind ? "write_kv + forward" : "conv + scan, state in place");
+  }
 }
 
 }  // namespace
@@ -137,123 +140,193 @@ int cmd_run(const RunOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   Rng rng(o.seed);
 
-  // --- set up: block tables per group, a backend instance and a cache per layer ---
+  // --- set up: block tables per attention group, sequences for the mixers, a runner per layer ---
   std::vector<std::unique_ptr<GroupState>> groups;
-  std::vector<LayerState> layers;
-  int mixer_layers = 0;
   for (const auto& g : plan.groups) {
-    if (!g.is_attention()) {
-      mixer_layers += int(g.layers.size());
-      continue;
-    }
+    if (!g.is_attention()) continue;
     auto gs = std::make_unique<GroupState>();
     gs->group = &g;
     gs->backend = attn::Registry::instance().find(g.decision.backend);
     gs->block_size = g.decision.block_size;
     gs->causal = g.sample.attention.causal();
-    const bool decodes = g.sample.attention.attn_type == attn::AttnType::decoder;
-    const int64_t tokens = o.prompt_len + (decodes ? o.decode_steps : 0);
+    const int64_t tokens = o.prompt_len + (gs->decodes() ? o.decode_steps : 0);
     gs->num_blocks = int32_t(int64_t(o.batch) * ((tokens + gs->block_size - 1) / gs->block_size));
     gs->alloc = std::make_unique<attn::BlockAllocator>(gs->num_blocks);
     for (int s = 0; s < o.batch; ++s) gs->seqs.emplace_back(*gs->alloc, gs->block_size);
     groups.push_back(std::move(gs));
   }
+  MixerSequences mixer_seqs;
+  mixer_seqs.num_seqs = o.batch;
+  std::vector<LayerState> layers;
+  KindTime attention_time, mixer_time;
   for (const auto& l : model.layers) {
-    if (l.kind != attn::LayerKind::attention) continue;
-    GroupState* gs = nullptr;
-    for (auto& g : groups) {
-      for (int i : g->group->layers) if (i == l.index) gs = g.get();
-    }
     LayerState ls;
     ls.index = l.index;
-    ls.group = gs;
-    ls.runner = std::make_unique<LayerRunner>(*gs->backend, layer_params(l, o.threads, rng), gs->num_blocks, gs->block_size);
+    const LayerGroup& g = group_of(plan, l.index);
+    if (l.kind == attn::LayerKind::mixer) {
+      const attn::MixerConfig mc = attn::MixerConfig::from_dims(l.mixer, l.mixer_dims);
+      ls.mixer_group = &g;
+      ls.mixer = std::make_unique<MixerRunner>(g.decision.backend, random_mixer_params(mc, o.threads, rng), o.batch);
+      ++mixer_time.layers;
+    } else {
+      for (auto& gs : groups) if (gs->group == &g) ls.group = gs.get();
+      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, o.threads, rng), ls.group->num_blocks,
+                                                ls.group->block_size);
+      ls.runner->use_random_up_projections(rng);  // MLA: lets long prefills run the expanded form
+      ++attention_time.layers;
+    }
     layers.push_back(std::move(ls));
   }
   std::string why_no_sample;
-  Recording rec;
+  AttentionRecording rec;
   rec.layer = pick_sample_layer(plan, platform, why_no_sample);
+  MixerRecording mixer_rec;
+  for (const auto& l : layers) {
+    if (l.mixer && mixer_rec.layer < 0) mixer_rec.layer = l.index;
+  }
 
   // --- one engine step: metadata once per group, then every layer in model order ---
-  auto step = [&](int32_t new_tokens, bool decode, PhaseTime& time) {
+  auto step = [&](int32_t new_tokens, bool decode) {
     for (auto& g : groups) {
-      const bool decodes = g->group->sample.attention.attn_type == attn::AttnType::decoder;
-      if (!decode || decodes) g->advance(new_tokens);
+      if (!decode || g->decodes()) g->advance(new_tokens);
     }
+    if (mixer_time.layers) mixer_seqs.advance(new_tokens);
     for (auto& l : layers) {
+      if (l.mixer) {
+        const attn::MixerConfig& mc = l.mixer->params().config;
+        MixerStepInputs in = random_mixer_inputs(mc, mixer_seqs.md.num_tokens, rng);  // outside the timed region
+        attn::Buffer out = make_mixer_output(mc, mixer_seqs.md.num_tokens);
+        const auto t0 = Clock::now();
+        l.mixer->forward(mixer_seqs.md, in, out.view());
+        (decode ? mixer_time.decode : mixer_time.prefill).seconds += seconds_since(t0);
+        if (l.index == mixer_rec.layer) {
+          mixer_rec.mds.push_back(mixer_seqs.md);
+          mixer_rec.inputs.push_back(std::move(in));
+          mixer_rec.outputs.push_back(std::move(out));
+        }
+        continue;
+      }
       const attn::LayerConfig& cfg = l.runner->params().config;
       if (decode && cfg.attn_type != attn::AttnType::decoder) continue;  // encoders have no decode
       const attn::BatchMetadata& md = l.group->md;
-      StepInputs in = random_inputs(cfg, md.num_tokens, rng);  // outside the timed region
-      attn::Buffer out = make_output(cfg, md.num_tokens);
+      const bool expanded = l.runner->expanded(md);
+      StepInputs in = random_inputs(cfg, md.num_tokens, rng, expanded);  // outside the timed region
+      attn::Buffer out = make_output(cfg, md.num_tokens, expanded);
       const auto t0 = Clock::now();
       l.runner->write(md, in);
       l.runner->forward(md, in, out.view(), rng);
-      time.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-      if (l.index == rec.layer) {
-        rec.mds.push_back(md);
-        rec.inputs.push_back(std::move(in));
-        rec.last_out = std::move(out);
-      }
+      (decode ? attention_time.decode : attention_time.prefill).seconds += seconds_since(t0);
+      if (!l.runner->form().empty()) (decode ? l.group->decode_form : l.group->prefill_form) = l.runner->form();
+      if (l.index == rec.layer) rec.record(md, std::move(in), std::move(out), expanded);
     }
   };
 
-  PhaseTime prefill, decode;
-  step(o.prompt_len, false, prefill);
-  prefill.tokens = int64_t(o.batch) * o.prompt_len;
-  bool any_decoder = false;
-  for (auto& g : groups) any_decoder = any_decoder || g->group->sample.attention.attn_type == attn::AttnType::decoder;
-  for (int s = 0; any_decoder && s < o.decode_steps; ++s) step(1, true, decode);
-  decode.tokens = any_decoder ? int64_t(o.batch) * o.decode_steps : 0;
+  bool any_decoder = mixer_time.layers > 0;  // mixers are causal decoder layers
+  for (auto& g : groups) any_decoder = any_decoder || g->decodes();
+  const int decode_steps = any_decoder ? o.decode_steps : 0;
+  step(o.prompt_len, false);
+  for (int s = 0; s < decode_steps; ++s) step(1, true);
+  const int64_t prefill_tokens = int64_t(o.batch) * o.prompt_len, decode_tokens = int64_t(o.batch) * decode_steps;
+  for (KindTime* k : {&attention_time, &mixer_time}) {
+    k->prefill.tokens = k->layers ? prefill_tokens : 0;
+    k->decode.tokens = k->layers ? decode_tokens : 0;
+  }
+  const PhaseTime prefill{prefill_tokens, attention_time.prefill.seconds + mixer_time.prefill.seconds};
+  const PhaseTime decode{decode_tokens, attention_time.decode.seconds + mixer_time.decode.seconds};
 
-  std::size_t cache_bytes = 0;
-  for (auto& l : layers) cache_bytes += l.runner->cache_bytes();
-  json check = nullptr;
-  if (rec.layer >= 0) {
-    for (auto& l : layers) if (l.index == rec.layer) check = spot_check(rec, l, rng);
+  std::size_t kv_bytes = 0, state_bytes = 0;
+  for (auto& l : layers) {
+    if (l.runner) kv_bytes += l.runner->cache_bytes();
+    if (l.mixer) state_bytes += l.mixer->state_bytes();
+  }
+  json check = nullptr, mla_check = nullptr, mixer_check = nullptr;
+  for (auto& l : layers) {
+    if (l.index == rec.layer) {
+      check = spot_check(rec, *l.runner, l.group->group->decision.backend, rng);
+      mla_check = expanded_check(rec, *l.runner, l.group->group->decision.backend, rng);
+    }
+    if (l.index == mixer_rec.layer) mixer_check = mixer_spot_check(mixer_rec, *l.mixer);
+  }
+
+  json groups_json = plan_json(plan)["groups"];
+  for (std::size_t i = 0; i < plan.groups.size(); ++i) {
+    const LayerGroup& g = plan.groups[i];
+    json& gj = groups_json[i];
+    for (auto& gs : groups) {
+      if (gs->group != &g) continue;
+      gj["num_blocks_per_layer"] = gs->num_blocks;
+      if (!gs->prefill_form.empty()) gj["mla_form"] = {{"prefill", gs->prefill_form}, {"decode", gs->decode_form}};
+    }
+    for (auto& l : layers) {
+      if (l.mixer && l.mixer_group == &g) {
+        gj["state_slots"] = o.batch;
+        gj["state_bytes_per_layer"] = l.mixer->state_bytes();
+        gj["variant"] = l.mixer->variant();
+        break;
+      }
+    }
   }
 
   json j{{"model", model.name}, {"architecture", model.architecture}, {"platform", plan.platform},
-         {"batch", o.batch}, {"prompt_len", o.prompt_len}, {"decode_steps", any_decoder ? o.decode_steps : 0},
+         {"batch", o.batch}, {"prompt_len", o.prompt_len}, {"decode_steps", decode_steps},
          {"threads", o.threads > 0 ? o.threads : omp_get_max_threads()}, {"seed", o.seed},
-         {"attention_layers", layers.size()}, {"mixer_layers_skipped", mixer_layers},
-         {"prefill", prefill.to_json()}, {"decode", decode.to_json()}, {"cache_bytes", cache_bytes},
-         {"groups", plan_json(plan)["groups"]}, {"spot_check", check}};
-  if (check.is_null()) j["spot_check_skipped"] = why_no_sample;
-  const bool passed = check.is_null() || check["passed"].get<bool>();
+         {"attention_layers", attention_time.layers}, {"mixer_layers", mixer_time.layers},
+         {"prefill", prefill.to_json()}, {"decode", decode.to_json()},
+         {"by_kind", {{"attention", attention_time.to_json()}, {"mixer", mixer_time.to_json()}}},
+         {"kv_cache_bytes", kv_bytes}, {"state_cache_bytes", state_bytes},
+         {"groups", groups_json}, {"spot_check", check}, {"mixer_spot_check", mixer_check}};
+  if (rec.layer < 0) j["spot_check_skipped"] = why_no_sample;
+  if (!mla_check.is_null()) j["mla_expanded_check"] = mla_check;
+  bool passed = true;
+  for (const json* c : {&check, &mla_check, &mixer_check}) passed = passed && (c->is_null() || (*c)["passed"].get<bool>());
 
   if (o.json) {
     std::cout << j.dump(2) << "\n";
+    return passed ? 0 : 1;
+  }
+  std::cout << plan_text(plan, false) << "\n";
+  std::printf("run: batch %d x prompt %d, %d decode steps, %d attention + %d mixer layers, %d threads\n", o.batch,
+              o.prompt_len, decode_steps, attention_time.layers, mixer_time.layers, j["threads"].get<int>());
+  if (layers.empty()) {
+    std::printf("  no layers: nothing to run\n");
+    return 0;
+  }
+  print_phase("prefill", prefill, attention_time, mixer_time, false);
+  if (any_decoder) {
+    print_phase("decode", decode, attention_time, mixer_time, true);
   } else {
-    std::cout << plan_text(plan, false) << "\n";
-    std::printf("run: batch %d x prompt %d, %d decode steps, %zu attention layers, %d threads\n", o.batch, o.prompt_len,
-                j["decode_steps"].get<int>(), layers.size(), j["threads"].get<int>());
-    if (mixer_layers) std::printf("  %d mixer layers not run (attn run drives attention layers only)\n", mixer_layers);
-    if (layers.empty()) {
-      std::printf("  no attention layers: nothing to run\n");
-      return 0;
-    }
-    std::printf("  prefill: %lld tokens in %.3f s -> %.0f tokens/s (write_kv + forward of every attention layer)\n",
-                (long long)prefill.tokens, prefill.seconds, j["prefill"]["tokens_per_s"].get<double>());
-    if (any_decoder) {
-      std::printf("  decode:  %lld tokens in %.3f s -> %.0f tokens/s\n", (long long)decode.tokens, decode.seconds,
-                  j["decode"]["tokens_per_s"].get<double>());
+    std::printf("  decode:  none (encoder-only model)\n");
+  }
+  if (attention_time.layers) std::printf("  KV cache: %s in %d layer caches\n", mib(double(kv_bytes)).c_str(), attention_time.layers);
+  if (mixer_time.layers) {
+    std::printf("  mixer state cache: %s in %d layer caches (one slot per sequence)\n", mib(double(state_bytes)).c_str(),
+                mixer_time.layers);
+  }
+  for (std::size_t i = 0; i < plan.groups.size(); ++i) {
+    const LayerGroup& g = plan.groups[i];
+    const json& gj = groups_json[i];
+    std::printf("    layers %s: %s", compact_layers(g.layers).c_str(), g.backend().c_str());
+    if (g.is_attention()) {
+      std::printf(", block size %d, %d blocks per layer", g.decision.block_size, gj["num_blocks_per_layer"].get<int>());
+      if (gj.contains("mla_form")) {
+        std::printf(", MLA form: prefill %s, decode %s", gj["mla_form"]["prefill"].get<std::string>().c_str(),
+                    any_decoder ? gj["mla_form"]["decode"].get<std::string>().c_str() : "-");
+      }
     } else {
-      std::printf("  decode:  none (encoder-only model)\n");
+      std::printf(" [%s], %s state per layer", gj["variant"].get<std::string>().c_str(),
+                  mib(gj["state_bytes_per_layer"].get<double>()).c_str());
     }
-    std::printf("  KV cache: %s in %zu layer caches\n", mib(double(cache_bytes)).c_str(), layers.size());
-    for (auto& g : groups) {
-      std::printf("    layers %s: %s, block size %d, %d blocks per layer\n", compact_layers(g->group->layers).c_str(),
-                  g->group->decision.backend.c_str(), g->block_size, g->num_blocks);
-    }
-    if (check.is_null()) {
-      std::printf("  spot check: skipped (%s)\n", why_no_sample.c_str());
-    } else {
-      std::printf("  spot check: layer %d (%s) vs reference: max |err| %.3g (tolerance %.3g + %.3g*|ref|): %s\n",
-                  check["layer"].get<int>(), check["backend"].get<std::string>().c_str(), check["max_abs_err"].get<double>(),
-                  check["atol"].get<double>(), check["rtol"].get<double>(), passed ? "PASS" : "FAIL");
-      if (!passed) std::printf("    first failure %s\n", check["first_failure"].get<std::string>().c_str());
-    }
+    std::printf("\n");
+  }
+  if (check.is_null()) {
+    std::printf("  spot check: skipped (%s)\n", rec.layer < 0 ? why_no_sample.c_str() : "no absorbed-form step ran");
+  } else {
+    print_check("spot check", check);
+  }
+  if (!mla_check.is_null()) print_check("MLA expanded-form check", mla_check);
+  if (!mixer_check.is_null()) {
+    print_check("mixer spot check", mixer_check);
+    std::printf("    final states: max |err| %.3g over %d slots\n", mixer_check["state_max_abs_err"].get<double>(), o.batch);
   }
   return passed ? 0 : 1;
 }

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   cmd_plan->add_flag("--json", plan.json, "print JSON");
 
   attn_cli::RunOptions run;
-  auto* cmd_run = app.add_subcommand("run", "prefill + decode steps of a model's attention layers on random activations");
+  auto* cmd_run = app.add_subcommand("run", "prefill + decode steps of every layer of a model (attention and mixers) on random activations");
   add_model_flags(cmd_run, run.model, false);
   cmd_run->add_option("--batch", run.batch, "sequences")->check(CLI::PositiveNumber);
   cmd_run->add_option("--prompt-len", run.prompt_len, "prompt tokens per sequence")->check(CLI::PositiveNumber);
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   attn_cli::BenchOptions bench;
   auto* cmd_bench = app.add_subcommand("bench", "backends side by side on the issue's shapes");
   cmd_bench->add_flag("--json", bench.json, "print JSON figures");
-  cmd_bench->add_option("--filter", bench.filter, "only shapes whose name contains this");
+  cmd_bench->add_option("--filter", bench.filter,
+                        "only shapes / figures whose name contains this (mla, mixer: those figure sets)");
   cmd_bench->add_flag("--quick", bench.quick, "short sizes, few repeats");
   cmd_bench->add_option("--threads", bench.threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd_bench->add_option("--csv", bench.csv_path, "also write CSV here");

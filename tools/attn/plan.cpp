@@ -6,9 +6,7 @@
 
 #include "attn/error.hpp"
 #include "attn/platform.hpp"
-#ifdef ATTN_CLI_HAVE_MAMBA
 #include "attn/mamba.hpp"
-#endif
 
 namespace attn_cli {
 namespace {
@@ -27,18 +25,12 @@ std::string number(double x) {
   return buf;
 }
 
-/// Mixer layers: select_mamba once the mamba helper's library provides it; until then the plan
-/// names the mixer type, and `run` skips these layers.
+/// Mixer layers: select_mamba (a deterministic type → backend mapping, ATTN_MAMBA_BACKEND aside).
 void select_mixer(LayerGroup& g, const attn::SelectOptions& options) {
-#ifdef ATTN_CLI_HAVE_MAMBA
   attn::MambaSelectOptions m;
   m.platform = options.platform;
   g.decision = attn::select_mamba(g.sample.mixer, m);
   g.has_decision = true;
-#else
-  (void)g;
-  (void)options;
-#endif
 }
 
 json candidates_json(const attn::Decision& d) {

@@ -15,13 +15,12 @@ namespace attn_cli {
 struct LayerGroup {
   std::vector<int> layers;     // model layer indices, ascending
   attn::ModelLayer sample;     // the first layer (every layer of the group is configured like it)
-  attn::Decision decision;     // the selector's answer (attention groups; mixer groups once
-                               // select_mamba is available)
+  attn::Decision decision;     // the selector's answer (attention) or select_mamba's (mixers)
   bool has_decision = false;
   std::string error;           // set when no backend can serve the group (decision has the reasons)
 
   bool is_attention() const { return sample.kind == attn::LayerKind::attention; }
-  std::string backend() const;  // chosen backend, or the mixer type while mixers are unplanned
+  std::string backend() const;  // chosen backend (the mixer type when no decision was made)
 };
 
 struct Plan {

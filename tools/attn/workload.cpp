@@ -29,9 +29,10 @@ attn::TensorView StepInputs::value() const {
   return t;
 }
 
-StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& rng) {
+StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& rng, bool mla_expanded) {
   StepInputs in;
-  in.q = random_buffer(cfg.dtype, {num_tokens, cfg.num_heads, cfg.head_size}, rng);
+  const int q_width = mla_expanded ? cfg.qk_nope_head_dim + cfg.qk_rope_head_dim : cfg.head_size;
+  in.q = random_buffer(cfg.dtype, {num_tokens, cfg.num_heads, q_width}, rng);
   in.k = random_buffer(cfg.dtype, {num_tokens, cfg.num_kv_heads, cfg.head_size}, rng);
   if (cfg.use_mla) {
     in.v_width_in_k = cfg.effective_head_size_v();
@@ -41,8 +42,9 @@ StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& 
   return in;
 }
 
-attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens) {
-  return attn::Buffer(cfg.dtype, {num_tokens, cfg.num_heads, cfg.effective_head_size_v()});
+attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens, bool mla_expanded) {
+  const int width = mla_expanded ? cfg.v_head_dim : cfg.effective_head_size_v();
+  return attn::Buffer(cfg.dtype, {num_tokens, cfg.num_heads, width});
 }
 
 attn::LayerConfig oracle_config(const attn::LayerConfig& cfg) {
@@ -82,10 +84,32 @@ attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng) {
 
 LayerRunner::LayerRunner(const attn::BackendDescriptor& backend, const attn::LayerParams& params, int32_t num_blocks,
                          int32_t block_size)
-    : params_(params) {
+    : params_(params), num_blocks_(num_blocks), block_size_(block_size) {
   impl_ = attn::Registry::instance().create(backend.name, params);
   cache_ = std::make_unique<attn::KVCache>(backend.cache_spec(params.config, num_blocks, block_size));
+  if (params.config.use_mla) mla_ = dynamic_cast<attn::MlaAttention*>(impl_.get());
 }
+
+bool LayerRunner::use_random_up_projections(Rng& rng) {
+  const attn::LayerConfig& c = params_.config;
+  // Top-k sparse layers stay absorbed: the expanded form would attend to every position.
+  if (!mla_ || c.use_sparse || c.qk_nope_head_dim <= 0 || c.v_head_dim <= 0) return false;
+  // fan_in: the width each projected value sums over (q·W_UK sums over nope, latent·W_UV over rank).
+  auto projection = [&](int inner, int fan_in) {
+    attn::Buffer w(c.dtype, {c.num_heads, c.kv_lora_rank, inner});
+    const float a = std::sqrt(3.0f / float(fan_in));
+    for (int64_t i = 0; i < w.view().numel(); ++i) attn::store_from_float(w.data(), c.dtype, i, rng.uniform(-a, a));
+    return w;
+  };
+  w_uk_ = projection(c.qk_nope_head_dim, c.qk_nope_head_dim);
+  w_uv_ = projection(c.v_head_dim, c.kv_lora_rank);
+  mla_->set_up_projections(w_uk_.view(), w_uv_.view());
+  return true;
+}
+
+bool LayerRunner::expanded(const attn::BatchMetadata& md) const { return mla_ && w_uk_.bytes() && mla_->expanded_pays_off(md); }
+
+std::string LayerRunner::form() const { return mla_ ? mla_->last_form() : ""; }
 
 void LayerRunner::write(const attn::BatchMetadata& md, const StepInputs& in) {
   impl_->write_kv(in.k.view(), in.value(), *cache_, md);
@@ -99,7 +123,11 @@ void LayerRunner::forward(const attn::BatchMetadata& md, const StepInputs& in, c
     indices = sparse_indices(md, params_.config.index_topk, rng);
     sparse->set_topk_indices(indices.view());
   }
-  impl_->forward(in.q.view(), *cache_, md, out);
+  if (expanded(md)) {
+    mla_->forward_expanded(in.q.view(), *cache_, md, out);
+  } else {
+    impl_->forward(in.q.view(), *cache_, md, out);
+  }
 }
 
 Tolerance tolerance_for(const attn::LayerConfig& cfg) {

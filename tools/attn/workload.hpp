@@ -9,6 +9,7 @@
 #include "attn/backend.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/metadata.hpp"
+#include "attn/sparse.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn_cli {
@@ -37,9 +38,10 @@ struct StepInputs {
   int32_t v_width_in_k = 0;    // MLA: head_size_v
   attn::TensorView value() const;
 };
-StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& rng);
-/// [T, heads, head_size_v] in the layer's dtype.
-attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens);
+/// `mla_expanded`: q is the expanded form's [T, heads, qk_nope_head_dim + qk_rope_head_dim].
+StepInputs random_inputs(const attn::LayerConfig& cfg, int32_t num_tokens, Rng& rng, bool mla_expanded = false);
+/// [T, heads, head_size_v] in the layer's dtype ([T, heads, v_head_dim] for MLA's expanded form).
+attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens, bool mla_expanded = false);
 
 /// The dense layer the reference computes for a fast-path config: MLA's absorbed form is MQA
 /// with a 576-wide key whose first 512 values are the value; top-k sparse with the indices
@@ -56,16 +58,33 @@ class LayerRunner {
               int32_t block_size);
   /// write_kv of this step's new tokens (k, v of `in`).
   void write(const attn::BatchMetadata& md, const StepInputs& in);
-  /// forward of this step's queries into `out` (sets the top-k indices first on sparse layers).
+  /// forward of this step's queries into `out` (sets the top-k indices first on sparse layers;
+  /// runs MLA's expanded form when `expanded(md)`, with q and out shaped for it).
   void forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng);
   std::size_t cache_bytes() const { return cache_->bytes(); }
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t block_size() const { return block_size_; }
   const attn::LayerParams& params() const { return params_; }
   std::string variant() const { return impl_->variant(); }
 
+  /// MLA layers whose backend has the expanded form: random up-projections W_UK, W_UV in the
+  /// layer's dtype (entries U(-a, a), a = sqrt(3 / the width each projected value sums over), so
+  /// projected values keep the activations' scale). False when the layer has no expanded form.
+  bool use_random_up_projections(Rng& rng);
+  /// True when this step runs MLA's expanded form (projections set and it needs fewer FLOPs).
+  bool expanded(const attn::BatchMetadata& md) const;
+  /// "absorbed" / "expanded" for MLA layers (the form the last forward ran), else "".
+  std::string form() const;
+  const attn::Buffer& w_uk() const { return w_uk_; }  // [heads, kv_lora_rank, qk_nope_head_dim]
+  const attn::Buffer& w_uv() const { return w_uv_; }  // [heads, kv_lora_rank, v_head_dim]
+
  private:
   attn::LayerParams params_;
+  int32_t num_blocks_ = 0, block_size_ = 0;
   std::unique_ptr<attn::AttentionImpl> impl_;
   std::unique_ptr<attn::KVCache> cache_;
+  attn::MlaAttention* mla_ = nullptr;  // impl_ seen through its MLA interface (null otherwise)
+  attn::Buffer w_uk_, w_uv_;
 };
 
 /// |out - ref| <= atol + rtol·|ref| per element, by the layer's dtype and KV-cache storage

@@ -1,0 +1,62 @@
+#include "bench_sets.hpp"
+
+#include "attn/mamba.hpp"
+#include "attn/mla_bench.hpp"
+
+namespace attn_cli {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// mixer_bench_figures gives bare numbers; their names carry the unit.
+std::string mixer_unit(const std::string& name) {
+  if (ends_with(name, ".us_per_step")) return "us";
+  if (ends_with(name, "_GBps")) return "GB/s";
+  if (ends_with(name, "tokens_per_s")) return "tokens/s";
+  if (ends_with(name, "speedup")) return "x";
+  if (ends_with(name, "fraction_of_dram")) return "fraction";
+  return "";
+}
+
+bool selected(const std::string& set, const std::string& filter) {
+  return filter.empty() || set.find(filter) != std::string::npos || filter.rfind(set, 0) == 0;
+}
+
+void keep_matching(FigureSet& s, const std::string& filter) {
+  if (filter.empty() || s.name.find(filter) != std::string::npos) return;
+  std::vector<NamedFigure> kept;
+  for (auto& f : s.figures) {
+    if (f.key.find(filter) != std::string::npos) kept.push_back(std::move(f));
+  }
+  s.figures = std::move(kept);
+}
+
+}  // namespace
+
+std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, int threads,
+                                       const std::function<void(const std::string&)>& progress) {
+  std::vector<FigureSet> sets;
+  if (selected("mla", filter)) {
+    progress("mla");
+    FigureSet s{"mla", "MLA decode vs DRAM, top-k sparse vs dense decode, block-sparse vs dense prefill", {}};
+    for (const attn::BenchFigure& f : attn::mla_bench_figures(quick, dram_gbps, threads)) {
+      s.figures.push_back({"mla." + f.name, f.value, f.unit, f.note});
+    }
+    keep_matching(s, filter);
+    sets.push_back(std::move(s));
+  }
+  if (selected("mixer", filter)) {
+    progress("mixer");
+    FigureSet s{"mixer", "mixers: decode state bytes read + written vs DRAM, chunked vs sequential prefill", {}};
+    for (const auto& [name, value] : attn::mixer_bench_figures(quick, dram_gbps)) {
+      s.figures.push_back({"mixer." + name, value, mixer_unit(name), ""});
+    }
+    keep_matching(s, filter);
+    sets.push_back(std::move(s));
+  }
+  return sets;
+}
+
+}  // namespace attn_cli

@@ -1,0 +1,30 @@
+#pragma once
+// The figure sets `attn bench` adds to its attention shapes: the MLA / sparse backends'
+// (attn::mla_bench_figures) and the mixers' (attn::mixer_bench_figures), each measured against
+// the DRAM bandwidth of the same run. Keys are "mla.<figure>" and "mixer.<figure>".
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace attn_cli {
+
+struct NamedFigure {
+  std::string key;   // "mixer.decode.mamba1.state_GBps"
+  double value = 0;
+  std::string unit;  // "ms", "GB/s", "x", "fraction", "us", "tokens/s"
+  std::string note;  // the shape it was measured on, when the set says
+};
+
+struct FigureSet {
+  std::string name;   // "mla", "mixer": the key prefix
+  std::string title;  // a line for the text report
+  std::vector<NamedFigure> figures;
+};
+
+/// The sets `filter` selects ("" = all): a set runs when its name contains the filter or the
+/// filter starts with its name; then only figures whose key contains the filter are kept.
+/// `progress` is told the name of each set before it runs.
+std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, int threads,
+                                       const std::function<void(const std::string&)>& progress);
+
+}  // namespace attn_cli

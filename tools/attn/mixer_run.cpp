@@ -1,0 +1,248 @@
+// Mixer layers for `attn run`: random weights / activations, a runner per layer, the spot check.
+#include "mixer_run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attn/error.hpp"
+
+namespace attn_cli {
+namespace {
+
+using nlohmann::json;
+
+std::vector<float> uniform(std::size_t n, Rng& rng, float lo, float hi) {
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.uniform(lo, hi);
+  return v;
+}
+
+attn::Buffer random_f32(std::vector<int64_t> shape, Rng& rng, float lo, float hi) {
+  attn::Buffer b(attn::DType::float32, std::move(shape));
+  auto* p = static_cast<float*>(b.data());
+  const int64_t n = b.view().numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = rng.uniform(lo, hi);
+  return b;
+}
+
+/// Floats per token row of a [T, ...] buffer.
+int64_t row_floats(const attn::Buffer& b) { return b.shape()[0] ? b.view().numel() / b.shape()[0] : 0; }
+
+/// Types whose prefill has a chunked form distinct from the recurrence (chunk_size > 0).
+bool chunked_prefill(attn::MambaType t) {
+  return t == attn::MambaType::mamba2 || t == attn::MambaType::linear_attention || t == attn::MambaType::gdn_attention;
+}
+
+attn::TensorView view_or_empty(const attn::Buffer& b) { return b.bytes() ? b.view() : attn::TensorView{}; }
+
+/// |a - b| <= atol + rtol·|b| over n floats; NaN fails. Returns {max |a - b|, index of the first failure or -1}.
+std::pair<double, int64_t> compare_floats(const float* a, const float* b, int64_t n, double atol, double rtol) {
+  double max_err = 0;
+  int64_t first_bad = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = std::fabs(double(a[i]) - double(b[i]));
+    if (std::isfinite(err)) max_err = std::max(max_err, err);
+    if (first_bad < 0 && !(err <= atol + rtol * std::fabs(double(b[i])))) first_bad = i;
+  }
+  return {max_err, first_bad};
+}
+
+}  // namespace
+
+attn::MixerParams random_mixer_params(const attn::MixerConfig& c, int threads, Rng& rng) {
+  using attn::MambaType;
+  attn::MixerParams p;
+  p.config = c;
+  p.num_threads = threads;
+  if (c.conv_dim() > 0) {
+    p.conv_weight = uniform(std::size_t(c.conv_dim()) * c.d_conv, rng, -0.6f, 0.6f);
+    p.conv_bias = uniform(std::size_t(c.conv_dim()), rng, -0.2f, 0.2f);
+  }
+  switch (c.type) {
+    case MambaType::mamba1:
+    case MambaType::custom:
+      p.A = uniform(std::size_t(c.d_inner) * c.d_state, rng, -2.0f, -0.05f);
+      p.D = uniform(std::size_t(c.d_inner), rng, -1.0f, 1.0f);
+      p.dt_bias = uniform(std::size_t(c.d_inner), rng, -3.0f, -1.0f);  // softplus → Δ ~ 0.05..0.3
+      break;
+    case MambaType::mamba2:
+      p.A = uniform(std::size_t(c.num_heads), rng, -2.0f, -0.05f);
+      p.D = uniform(std::size_t(c.num_heads), rng, -1.0f, 1.0f);
+      p.dt_bias = uniform(std::size_t(c.num_heads), rng, -3.0f, -1.0f);
+      break;
+    case MambaType::linear_attention:
+      p.A = uniform(std::size_t(c.num_heads), rng, -0.25f, -0.01f);  // per-token decay ~0.78..0.99
+      break;
+    case MambaType::gdn_attention:
+      p.A = uniform(std::size_t(c.num_heads), rng, -1.5f, -0.05f);
+      p.dt_bias = uniform(std::size_t(c.num_heads), rng, -2.0f, 0.0f);
+      break;
+    case MambaType::short_conv: break;
+  }
+  p.validate();
+  return p;
+}
+
+attn::MixerInputs MixerStepInputs::inputs() const {
+  attn::MixerInputs in;
+  in.x = view_or_empty(x);
+  in.k = view_or_empty(k);
+  in.v = view_or_empty(v);
+  in.dt = view_or_empty(dt);
+  in.B = view_or_empty(B);
+  in.C = view_or_empty(C);
+  in.b = view_or_empty(b);
+  in.z = view_or_empty(z);
+  return in;
+}
+
+MixerStepInputs MixerStepInputs::gather(const std::vector<int32_t>& rows) const {
+  auto pick = [&](const attn::Buffer& src) {
+    if (!src.bytes()) return attn::Buffer();
+    std::vector<int64_t> shape = src.shape();
+    shape[0] = int64_t(rows.size());
+    attn::Buffer out(attn::DType::float32, shape);
+    const int64_t row = row_floats(src);
+    const auto* s = static_cast<const float*>(src.data());
+    auto* d = static_cast<float*>(out.data());
+    for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(d + int64_t(i) * row, s + rows[i] * row, std::size_t(row) * 4);
+    return out;
+  };
+  MixerStepInputs g;
+  g.x = pick(x), g.k = pick(k), g.v = pick(v), g.dt = pick(dt);
+  g.B = pick(B), g.C = pick(C), g.b = pick(b), g.z = pick(z);
+  return g;
+}
+
+MixerStepInputs random_mixer_inputs(const attn::MixerConfig& c, int32_t T, Rng& rng) {
+  using attn::MambaType;
+  MixerStepInputs in;
+  switch (c.type) {
+    case MambaType::mamba1:
+      in.x = random_f32({T, c.d_inner}, rng, -1, 1);
+      in.dt = random_f32({T, c.d_inner}, rng, -1, 1);
+      in.B = random_f32({T, c.d_state}, rng, -1, 1);
+      in.C = random_f32({T, c.d_state}, rng, -1, 1);
+      in.z = random_f32({T, c.d_inner}, rng, -2, 2);
+      break;
+    case MambaType::mamba2:
+      in.x = random_f32({T, c.conv_dim()}, rng, -1, 1);
+      in.dt = random_f32({T, c.num_heads}, rng, -1, 1);
+      in.z = random_f32({T, c.d_inner}, rng, -2, 2);
+      break;
+    case MambaType::short_conv: in.x = random_f32({T, 3 * c.d_inner}, rng, -1, 1); break;
+    case MambaType::linear_attention:
+      in.x = random_f32({T, c.num_heads, c.head_k_dim}, rng, -0.5f, 0.5f);
+      in.k = random_f32({T, c.num_heads, c.head_k_dim}, rng, -0.5f, 0.5f);
+      in.v = random_f32({T, c.num_heads, c.head_v_dim}, rng, -1, 1);
+      break;
+    case MambaType::gdn_attention:
+      in.x = random_f32({T, c.conv_dim()}, rng, -1, 1);
+      in.dt = random_f32({T, c.num_heads}, rng, -1, 1);
+      in.b = random_f32({T, c.num_heads}, rng, -2, 2);
+      break;
+    case MambaType::custom:
+      throw attn::Error("mixer=custom invalid: expected a built-in mixer type (attn run does not know a custom mixer's inputs)");
+  }
+  return in;
+}
+
+attn::Buffer make_mixer_output(const attn::MixerConfig& c, int32_t T) {
+  if (c.type == attn::MambaType::linear_attention || c.type == attn::MambaType::gdn_attention) {
+    return attn::Buffer(attn::DType::float32, {T, c.num_heads, c.head_v_dim});
+  }
+  return attn::Buffer(attn::DType::float32, {T, c.out_dim()});
+}
+
+void MixerSequences::advance(int32_t n) {
+  std::vector<int32_t> slots(static_cast<std::size_t>(num_seqs));
+  for (int32_t s = 0; s < num_seqs; ++s) slots[std::size_t(s)] = s;
+  md = attn::MixerBatch::build(std::vector<int32_t>(std::size_t(num_seqs), n), slots,
+                               std::vector<uint8_t>(std::size_t(num_seqs), started ? 1 : 0), num_seqs);
+  started = true;
+}
+
+MixerRunner::MixerRunner(const std::string& backend, const attn::MixerParams& params, int32_t num_slots)
+    : backend_(backend), params_(params) {
+  impl_ = attn::create_mixer(backend, params);
+  state_ = std::make_unique<attn::MambaStateCache>(params.config, num_slots);
+}
+
+void MixerRunner::forward(const attn::MixerBatch& md, const MixerStepInputs& in, const attn::TensorView& out) {
+  impl_->forward(in.inputs(), *state_, md, out);
+}
+
+json mixer_spot_check(const MixerRecording& rec, const MixerRunner& layer) {
+  attn::MixerParams p = layer.params();
+  p.chunk_size = 0;
+  MixerRunner oracle(layer.backend(), p, layer.state().num_slots());
+  // Two fp32 evaluation orders of the same recurrence (each within ~2e-5 of fp64 in the mixer
+  // tests on small shapes); real layer widths and a few hundred tokens add rounding, hence 1e-4.
+  const double atol = 1e-4, rtol = 1e-4;
+  double max_err = 0;
+  std::string failure;
+  int64_t compared = 0;
+  for (std::size_t step = 0; step < rec.mds.size(); ++step) {
+    const attn::MixerBatch& md = rec.mds[step];
+    const attn::Buffer& got = rec.outputs[step];
+    const int64_t row = row_floats(got);
+    int32_t longest = 0;
+    for (int s = 0; s < md.num_seqs; ++s) longest = std::max(longest, md.query_len(s));
+    for (int32_t i = 0; i < longest; ++i) {
+      // Token i of every sequence that has one, continuing its slot (or starting it at i = 0).
+      std::vector<int32_t> rows, slots;
+      std::vector<uint8_t> has_state;
+      for (int s = 0; s < md.num_seqs; ++s) {
+        if (i >= md.query_len(s)) continue;
+        rows.push_back(md.query_start_loc[s] + i);
+        slots.push_back(md.state_slots[s]);
+        has_state.push_back(i > 0 || md.has_initial_state[s] ? 1 : 0);
+      }
+      const attn::MixerBatch one = attn::MixerBatch::build(std::vector<int32_t>(rows.size(), 1), slots, has_state,
+                                                           oracle.state().num_slots());
+      attn::Buffer want = make_mixer_output(p.config, int32_t(rows.size()));
+      oracle.forward(one, rec.inputs[step].gather(rows), want.view());
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        const float* a = static_cast<const float*>(got.data()) + rows[r] * row;
+        const float* b = static_cast<const float*>(want.data()) + int64_t(r) * row;
+        const auto [err, bad] = compare_floats(a, b, row, atol, rtol);
+        max_err = std::max(max_err, err);
+        compared += row;
+        if (bad >= 0 && failure.empty()) {
+          failure = "step " + std::to_string(step) + ", token " + std::to_string(rows[r]) + ", feature " +
+                    std::to_string(bad) + ": " + std::to_string(a[bad]) + " vs sequential " + std::to_string(b[bad]);
+        }
+      }
+    }
+  }
+  // The states both leave behind: decode steps must have updated the slots in place.
+  double state_err = 0;
+  const attn::MambaStateCache& s1 = layer.state();
+  const attn::MambaStateCache& s2 = oracle.state();
+  for (int which = 0; which < 2; ++which) {
+    const attn::TensorView a = which ? s1.ssm_state() : s1.conv_state();
+    const attn::TensorView b = which ? s2.ssm_state() : s2.conv_state();
+    const auto [err, bad] = compare_floats(a.ptr<const float>(), b.ptr<const float>(), a.numel(), atol, rtol);
+    state_err = std::max(state_err, err);
+    if (bad >= 0 && failure.empty()) failure = std::string(which ? "ssm" : "conv") + " state element " + std::to_string(bad);
+  }
+  const std::string reference =
+      layer.backend() + (chunked_prefill(p.config.type) ? " with chunk_size 0 (sequential recurrence), one token per call"
+                                                        : ", one token per call (prefill state carried token by token)");
+  json j{{"layer", rec.layer},
+         {"backend", layer.backend()},
+         {"mixer", std::string(attn::to_string(p.config.type))},
+         {"reference", reference},
+         {"steps", rec.mds.size()},
+         {"values_compared", compared},
+         {"max_abs_err", max_err},
+         {"state_max_abs_err", state_err},
+         {"atol", atol},
+         {"rtol", rtol},
+         {"passed", failure.empty()}};
+  if (!failure.empty()) j["first_failure"] = failure;
+  return j;
+}
+
+}  // namespace attn_cli
