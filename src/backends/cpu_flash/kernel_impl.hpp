@@ -173,6 +173,16 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   float* sbuf = sc.s.data();
   float* obuf = sc.o.data();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t row_bytes = int64_t(d) * eb, vrow_bytes = int64_t(dv) * eb;
+  auto prefetch_rows = [&](int32_t k0, int32_t k1) {  // software prefetch of keys [k0, k1)
+    for (int32_t key = k0; key < k1; ++key) {
+      const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
+      const char* kr = base + e * eb;
+      const char* vr = base + (e + a.kv.v_offset) * eb;
+      for (int64_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(kr + x);
+      for (int64_t x = 0; x < vrow_bytes; x += 64) __builtin_prefetch(vr + x);
+    }
+  };
 
   for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
     const int n = std::min<int32_t>(kChunk, it.kv_end - c);
@@ -186,7 +196,12 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int j = n; j < nk; ++j) kp[j] = kp[n - 1];  // padding keys repeat a real row: never poison
 
     for (int r0 = 0; r0 < rp; r0 += RB)
-      for (int j0 = 0; j0 < nk; j0 += KB) Qk::template block<S, T, RB, KB>(qt, r0, kp + j0, d, sbuf + r0 * kChunk + j0, kChunk);
+      for (int j0 = 0; j0 < nk; j0 += KB) {
+        // The next chunk's K and V rows, a few per micro-tile: spread over the Q·Kᵀ loop so the
+        // line fills overlap compute (one burst per chunk would queue behind itself).
+        if (r0 == 0) prefetch_rows(c + kChunk + j0, std::min<int32_t>(c + kChunk + j0 + KB, it.kv_end));
+        Qk::template block<S, T, RB, KB>(qt, r0, kp + j0, d, sbuf + r0 * kChunk + j0, kChunk);
+      }
 
     const bool need_mask = (a.causal && c + n - 1 > p0) || (a.window > 0 && c <= p1 - a.window);
     for (int r = 0; r < rows; ++r) {
