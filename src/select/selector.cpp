@@ -151,9 +151,12 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
 
 Outcome lookup(const LayerConfig& config, const SelectOptions& options) {
   config.validate();
-  const Platform p = options.platform ? *options.platform : detect_cpu();
+  const Platform& p = options.platform ? *options.platform : detect_cpu();
   auto [forced, forced_by] = forced_backend(config, options);
-  Key key{config, p.fingerprint() + (p.detected ? "" : "/planned"), forced, forced_by, Registry::instance().generation()};
+  // This machine's fingerprint never changes: compute it once, not per lookup.
+  static const std::string detected_fingerprint = detect_cpu().fingerprint();
+  std::string fingerprint = options.platform ? p.fingerprint() + (p.detected ? "" : "/planned") : detected_fingerprint;
+  Key key{config, std::move(fingerprint), std::move(forced), std::move(forced_by), Registry::instance().generation()};
   Cache& c = cache();
   {
     std::shared_lock lock(c.mu);
@@ -164,9 +167,9 @@ Outcome lookup(const LayerConfig& config, const SelectOptions& options) {
     }
   }
   c.misses.fetch_add(1, std::memory_order_relaxed);
-  Outcome o = compute(config, p, forced, forced_by);
+  Outcome o = compute(config, p, key.forced, key.forced_by);
   if (o.error.empty())
-    log_info_once(key.platform + config.to_string() + forced,
+    log_info_once(key.platform + config.to_string() + key.forced,
                   "Using " + o.decision.backend + " for " + config.kind() + " layer (" + o.decision.platform + ")");
   std::unique_lock lock(c.mu);
   return c.map.emplace(std::move(key), std::move(o)).first->second;
