@@ -87,39 +87,101 @@ inline void load_slice(const char* p, __m512& lo, __m512& hi) {
 /// bf16 encodings of every e4m3 magnitude × 2^-8 (the same 2^-8 as the fp16-bit path, see
 /// kE4m3Rebias), split into low and high bytes: 128-entry tables for vpermi2b. All values
 /// are exact in bf16; the NaN code decodes like the fp16-bit path (finite).
+/// bf16 bits of e4m3 magnitude em × 2^-8, built from the fields: normal E ≥ 1 is
+/// (1 + M/8)·2^(E-15), subnormal M·2^-17 normalized by its top bit b.
+constexpr uint16_t e4m3_bf16_bits(int em) {
+  const int e = em >> 3, m = em & 7;
+  if (e > 0) return uint16_t(((e + 112) << 7) | (m << 4));
+  if (m == 0) return 0;
+  const int b = m >= 4 ? 2 : m >= 2 ? 1 : 0;
+  return uint16_t(((110 + b) << 7) | ((m - (1 << b)) << (7 - b)));
+}
 struct E4m3Table {
   alignas(64) uint8_t lo[128], hi[128];
-  E4m3Table() {
-    for (int em = 0; em < 128; ++em) {
-      const float v = f16_to_f32(e4m3_as_f16_bits(uint8_t(em)));
-      const uint16_t b = f32_to_bf16(v);
-      lo[em] = uint8_t(b & 0xff), hi[em] = uint8_t(b >> 8);
-    }
-  }
+};
+constexpr E4m3Table make_e4m3_table() {
+  E4m3Table t{};
+  for (int em = 0; em < 128; ++em) t.lo[em] = uint8_t(e4m3_bf16_bits(em) & 0xff), t.hi[em] = uint8_t(e4m3_bf16_bits(em) >> 8);
+  return t;
+}
+alignas(64) inline constexpr E4m3Table kE4m3Table = make_e4m3_table();
+
+/// The four 64-byte table vectors vpermi2b reads, loaded once per chunk.
+struct E4m3Lut {
+  __m512i lo0, lo1, hi0, hi1;
+  E4m3Lut()
+      : lo0(_mm512_load_si512(kE4m3Table.lo)), lo1(_mm512_load_si512(kE4m3Table.lo + 64)),
+        hi0(_mm512_load_si512(kE4m3Table.hi)), hi1(_mm512_load_si512(kE4m3Table.hi + 64)) {}
 };
 
 /// 64 e4m3 bytes as 64 bf16 in natural order (a0: elements 0..31, a1: 32..63). The qword
 /// permute first puts source bytes 8L..8L+7 and 32+8L..32+8L+7 in 128-bit lane L, which is
 /// what the byte unpacks after the lookups interleave.
-inline void e4m3x64_bf16(const char* p, __m512i& a0, __m512i& a1) {
-  static const E4m3Table t;
+inline void e4m3x64_bf16(const E4m3Lut& t, const char* p, __m512i& a0, __m512i& a1) {
   const __m512i x = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), _mm512_loadu_si512(p));
-  const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), x, _mm512_load_si512(t.lo + 64));
-  __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), x, _mm512_load_si512(t.hi + 64));
+  const __m512i lo = _mm512_permutex2var_epi8(t.lo0, x, t.lo1);
+  __m512i hi = _mm512_permutex2var_epi8(t.hi0, x, t.hi1);
   hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (x & sign)
   a0 = _mm512_unpacklo_epi8(lo, hi), a1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
 /// Rows [0, n) of d e4m3 values, `stride` bytes apart, into bf16 rows of the scratch buffer.
 inline void e4m3_rows_bf16(const char* src, int64_t stride, int n, int d, uint16_t (*dst)[kMaxHeadSizeDecode]) {
-  for (int t = 0; t < n; ++t, src += stride)
+  const E4m3Lut t;
+  for (int r = 0; r < n; ++r, src += stride)
     for (int x = 0; x < d; x += 64) {
       __m512i a0, a1;
-      e4m3x64_bf16(src + x, a0, a1);
-      _mm512_store_si512(&dst[t][x], a0), _mm512_store_si512(&dst[t][x + 32], a1);
+      e4m3x64_bf16(t, src + x, a0, a1);
+      _mm512_store_si512(&dst[r][x], a0), _mm512_store_si512(&dst[r][x + 32], a1);
     }
 }
 #endif
+
+/// d elements (a multiple of 32) of a q row as fp32.
+inline void load_row(const void* src, DType dt, int64_t off, int d, float* dst) {
+  switch (dt) {
+    case DType::float32:
+      for (int x = 0; x < d; x += 16) _mm512_store_ps(dst + x, _mm512_loadu_ps(static_cast<const float*>(src) + off + x));
+      break;
+    case DType::bfloat16:
+      for (int x = 0; x < d; x += 16)
+        _mm512_store_ps(dst + x, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                     _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                         reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(src) + off + x))), 16)));
+      break;
+    default:  // float16
+      for (int x = 0; x < d; x += 16)
+        _mm512_store_ps(dst + x, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                     reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(src) + off + x))));
+      break;
+  }
+}
+
+/// fp32 → bf16 bits, round to nearest even, NaN kept quiet (as f32_to_bf16, 16 lanes).
+inline __m256i bf16_rne(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m512i b = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+}
+
+/// store_row with the conversion in 16-lane vectors (d a multiple of 32).
+inline void store_out_row(const KernelArgs& a, int64_t token, int head, const float* o, float m, float l) {
+  const __m512 f = _mm512_set1_ps(row_factor(a, head, m, l));
+  const int64_t base = token * a.o_tok_stride + int64_t(head) * a.o_head_stride;
+  const int d = a.head_size_v;
+  for (int x = 0; x < d; x += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_load_ps(o + x), f);
+    if (a.out_dtype == DType::float32)
+      _mm512_storeu_ps(static_cast<float*>(a.out) + base + x, v);
+    else if (a.out_dtype == DType::bfloat16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(a.out) + base + x), bf16_rne(v));
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(a.out) + base + x),
+                          _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
 
 /// Per-thread scratch, fixed size: q rows in the K order, scores / probabilities, the output
 /// accumulators in the V order, and the online-softmax state.
@@ -132,7 +194,8 @@ struct alignas(64) Scratch {
   uint16_t kb[kChunk][kMaxHeadSizeDecode], vb[kChunk][kMaxHeadSizeDecode];  // e4m3 chunk as bf16
 #endif
   float o[kDecodeMaxRows][kMaxHeadSizeDecode];      // per slice: lo half then hi half
-  float m[kDecodeMaxRows], l[kDecodeMaxRows], alpha[kDecodeMaxRows];
+  float m[kDecodeMaxRows], m_new[kDecodeMaxRows], alpha[kDecodeMaxRows];
+  __m512 l[kDecodeMaxRows];  // row sums, lane-wise (reduced once at the end)
   int vlo[kDecodeMaxRows], vhi[kDecodeMaxRows];      // visible keys of the chunk, per row
 };
 
@@ -161,8 +224,8 @@ inline void qk_tile(const Scratch& sc, int r0, const char* const* k, int d, floa
   }
   alignas(64) float sums[16];
   Simd::reduce(acc, sums);
-  for (int i = 0; i < RB; ++i)
-    for (int j = 0; j < KB; ++j) s[i * kChunk + j] = sums[i * KB + j];
+  // sums[i·KB + j] for row i, key j: 128-bit groups of 4 keys of one row, stored whole.
+  for (int q4 = 0; q4 < 16; q4 += 4) _mm_storeu_ps(s + (q4 / KB) * kChunk + q4 % KB, _mm_load_ps(sums + q4));
 }
 
 /// O[RB rows] = O·alpha + P·V over the chunk's n keys for slices [x0, x0 + NS·32). Guard: some
@@ -206,9 +269,7 @@ inline void pv_tile_dot(Scratch& sc, int r0, const char* v0, int64_t vstride, in
       v[2 * j] = _mm512_unpacklo_epi16(a, b), v[2 * j + 1] = _mm512_unpackhi_epi16(a, b);
     }
     for (int i = 0; i < RB; ++i) {
-      int32_t pair;
-      std::memcpy(&pair, &sc.pb[r0 + i][t], 4);
-      const __m512bh p = (__m512bh)_mm512_set1_epi32(pair);
+      const __m512bh p = (__m512bh)_mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(&sc.pb[r0 + i][t]))));
       for (int j = 0; j < 2 * NS; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], p, (__m512bh)v[j]);
     }
   }
@@ -277,20 +338,20 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int64_t tok0 = a.query_start_loc[s_idx] + it.q_begin;
   for (int r = 0; r < rp; ++r) {
     const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
-    for (int x = 0; x < d; x += kSlice)
-      for (int i = 0; i < kSlice; ++i) {
-        const float v = r < rows ? load_as_float(a.q, a.q_dtype, e + x + i) : 0.0f;
-        // K order: bf16 even/odd, others natural; lo half at [x, x+16), hi at [x+16, x+32).
-        sc.q[r][x + i] = v;  // natural order here, permuted below
-        if constexpr (Bf16Dot) sc.qb[r][x + i] = f32_to_bf16(v);
-      }
-    // fp32 q in the order K rows widen to.
+    alignas(64) float nat[kMaxHeadSizeDecode];
+    if (r < rows)
+      load_row(a.q, a.q_dtype, e, d, nat);
+    else
+      std::fill(nat, nat + d, 0.0f);
     for (int x = 0; x < d; x += kSlice) {
-      float nat[kSlice];
-      std::copy(&sc.q[r][x], &sc.q[r][x] + kSlice, nat);
-      for (int i = 0; i < 16; ++i) sc.q[r][x + i] = nat[slice_elem<T>(false, i)], sc.q[r][x + 16 + i] = nat[slice_elem<T>(true, i)];
+      if constexpr (Bf16Dot) {  // exact: the dot kernels serve bf16 q only
+        const __m512i b = _mm512_castsi256_si512(bf16_rne(_mm512_load_ps(nat + x)));
+        _mm512_store_si512(&sc.qb[r][x], _mm512_inserti64x4(b, bf16_rne(_mm512_load_ps(nat + x + 16)), 1));
+      } else {  // fp32 q in the order K rows widen to: lo half at [x, x+16), hi at [x+16, x+32)
+        for (int i = 0; i < 16; ++i) sc.q[r][x + i] = nat[x + slice_elem<T>(false, i)], sc.q[r][x + 16 + i] = nat[x + slice_elem<T>(true, i)];
+      }
     }
-    sc.m[r] = kNegInf, sc.l[r] = 0.0f, sc.alpha[r] = 1.0f;
+    sc.m[r] = kNegInf, sc.l[r] = _mm512_setzero_ps(), sc.alpha[r] = 1.0f;
   }
   for (int r = 0; r < rp; ++r) std::fill(sc.o[r], sc.o[r] + d, 0.0f);
 
@@ -347,15 +408,26 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
         sv[x / 16] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), live, v);
         mx = _mm512_max_ps(mx, sv[x / 16]);
       }
-      const float m_new = std::max(sc.m[r], _mm512_reduce_max_ps(mx));
+      _mm512_store_ps(&sc.s[r][0], sv[0]), _mm512_store_ps(&sc.s[r][16], sv[1]);
+      sc.m_new[r] = std::max(sc.m[r], _mm512_reduce_max_ps(mx));
+    }
+    // Rescale factors of all rows in one vector: exp(m - m_new), 1 where nothing is visible yet.
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      const __mmask16 in = __mmask16((1u << std::min(16, rows - r0)) - 1u);
+      const __m512 mo = _mm512_maskz_loadu_ps(in, sc.m + r0), mn = _mm512_maskz_loadu_ps(in, sc.m_new + r0);
+      const __mmask16 none = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
+      _mm512_mask_storeu_ps(sc.alpha + r0, in, _mm512_mask_mov_ps(Simd::exp(_mm512_sub_ps(mo, mn)), none, _mm512_set1_ps(1.0f)));
+    }
+    for (int r = 0; r < rows; ++r) {
+      const float m_new = sc.m_new[r];
       if (m_new == kNegInf) {  // nothing visible yet in this row
-        sc.alpha[r] = 1.0f;
         _mm512_store_ps(&sc.s[r][0], _mm512_setzero_ps()), _mm512_store_ps(&sc.s[r][16], _mm512_setzero_ps());
+        if constexpr (Bf16Dot) _mm512_store_si512(&sc.pb[r][0], _mm512_setzero_si512());
         continue;
       }
-      sc.alpha[r] = std::exp(sc.m[r] - m_new);
       const __m512 mv = _mm512_set1_ps(m_new);
-      __m512 p0 = Simd::exp(_mm512_sub_ps(sv[0], mv)), p1 = Simd::exp(_mm512_sub_ps(sv[1], mv));
+      __m512 p0 = Simd::exp(_mm512_sub_ps(_mm512_load_ps(&sc.s[r][0]), mv));
+      __m512 p1 = Simd::exp(_mm512_sub_ps(_mm512_load_ps(&sc.s[r][16]), mv));
       if constexpr (Bf16Dot) {  // P·V reads P in bf16: sum the rounded values too
         const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
         _mm512_store_si512(&sc.pb[r][0], pb);
@@ -363,10 +435,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
         p0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(pb)), 16));
         p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(pb, 1)), 16));
       }
-      {
-        _mm512_store_ps(&sc.s[r][0], p0), _mm512_store_ps(&sc.s[r][16], p1);
-      }
-      sc.l[r] = sc.l[r] * sc.alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+      _mm512_store_ps(&sc.s[r][0], p0), _mm512_store_ps(&sc.s[r][16], p1);
+      sc.l[r] = _mm512_add_ps(_mm512_fmadd_ps(sc.l[r], _mm512_set1_ps(sc.alpha[r]), p0), p1);
       sc.m[r] = m_new;
     }
     for (int r = rows; r < rp; ++r) sc.alpha[r] = 1.0f, sc.vlo[r] = 0, sc.vhi[r] = 0;
@@ -399,9 +469,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       float* po = partials + it.partial;
       std::copy(o, o + d, po + int64_t(r) * d);
       po[int64_t(rows) * d + r] = sc.m[r];
-      po[int64_t(rows) * (d + 1) + r] = sc.l[r];
+      po[int64_t(rows) * (d + 1) + r] = _mm512_reduce_add_ps(sc.l[r]);
     } else {
-      store_row(a, tok0 + r / g, h * g + r % g, o, sc.m[r], sc.l[r]);
+      store_out_row(a, tok0 + r / g, h * g + r % g, o, sc.m[r], _mm512_reduce_add_ps(sc.l[r]));
     }
   }
 }
