@@ -14,8 +14,7 @@
 //    serves both P·V forms); the row sums use the rounded P, so the weights stay normalized;
 //  - e4m3 with bf16 q (where the CPU has AVX512-VBMI): two 128-entry byte-table lookups
 //    (vpermi2b) give the high and low bytes of each value's bf16 encoding, 64 values in 5 ops,
-//    exact; then both products run on vdpbf16ps as for bf16 (the table maps the e4m3 NaN code
-//    to a finite value, as the fp16-bit path does, so 0·NaN cannot occur);
+//    exact (the NaN code stays NaN); then both products run on vdpbf16ps as for bf16;
 //  - no heap: the per-thread scratch is fixed-size (rows ≤ 16, head size ≤ 256);
 //  - masked keys contribute exactly nothing: their scores are -inf, and on chunks where some
 //    row's visible keys are an interval inside the chunk, P·V skips the others (0·NaN = NaN).
@@ -76,8 +75,12 @@ inline void load_slice(const char* p, __m512& lo, __m512& hi) {
   } else if constexpr (T == KvType::e4m3) {
     // Byte b → fp16 bits: (b & 0x7f) << 7 with the sign moved from bit 14 to 15 by adding it
     // to itself (exact, subnormals included; the value is 2^-8 too small).
-    const __m512i a = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 7);
-    f16x32(_mm512_add_epi16(a, _mm512_and_si512(a, _mm512_set1_epi16(0x4000))), lo, hi);
+    const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512i a = _mm512_slli_epi16(x, 7);
+    const __m512i b = _mm512_add_epi16(a, _mm512_and_si512(a, _mm512_set1_epi16(0x4000)));
+    // The NaN codes (S.1111.111) become fp16 NaN.
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, _mm512_set1_epi16(0x7f)), _mm512_set1_epi16(0x7f));
+    f16x32(_mm512_mask_mov_epi16(b, nan, _mm512_or_si512(b, _mm512_set1_epi16(0x7e00))), lo, hi);
   } else {  // e5m2 is the top byte of an fp16
     f16x32(_mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 8), lo, hi);
   }
@@ -87,10 +90,11 @@ inline void load_slice(const char* p, __m512& lo, __m512& hi) {
 /// bf16 encodings of every e4m3 magnitude × 2^-8 (the same 2^-8 as the fp16-bit path, see
 /// kE4m3Rebias), split into low and high bytes: 128-entry tables for vpermi2b. All values
 /// are exact in bf16; the NaN code decodes like the fp16-bit path (finite).
-/// bf16 bits of e4m3 magnitude em × 2^-8, built from the fields: normal E ≥ 1 is
+/// bf16 bits of e4m3 magnitude em × 2^-8 (NaN for the NaN code), from the fields: normal E ≥ 1 is
 /// (1 + M/8)·2^(E-15), subnormal M·2^-17 normalized by its top bit b.
 constexpr uint16_t e4m3_bf16_bits(int em) {
   const int e = em >> 3, m = em & 7;
+  if (em == 127) return 0x7fc0;  // the NaN code stays NaN
   if (e > 0) return uint16_t(((e + 112) << 7) | (m << 4));
   if (m == 0) return 0;
   const int b = m >= 4 ? 2 : m >= 2 ? 1 : 0;
@@ -447,8 +451,12 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
 
     if constexpr (Fp8Dot) {
 #if ATTN_CF_VBMI
-      e4m3_rows_bf16(k0 + v_off, tstride, n, d, sc.vb);  // finite values: masked keys add 0·v = 0
-      pv_chunk_dot<RB>(sc, rp, reinterpret_cast<const char*>(sc.vb), sizeof(sc.vb[0]), n, d);
+      e4m3_rows_bf16(k0 + v_off, tstride, n, d, sc.vb);
+      const char* vb = reinterpret_cast<const char*>(sc.vb);
+      if (guard)
+        pv_chunk<KvType::bf16, RB, true>(sc, rp, vb, sizeof(sc.vb[0]), n, d);
+      else
+        pv_chunk_dot<RB>(sc, rp, vb, sizeof(sc.vb[0]), n, d);
 #endif
     } else if (Bf16Dot && !guard)
       pv_chunk_dot<RB>(sc, rp, k0 + v_off, tstride, n, d);

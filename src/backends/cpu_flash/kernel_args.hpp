@@ -20,8 +20,10 @@ KvType kv_type_of(DType d);  // throws for storage types cpu_flash does not read
 /// (Placing them in an fp32 instead would leave values near 2^-120, whose products with small
 /// probabilities are fp32 denormals: slow microcode assists.)
 inline constexpr float kE4m3Rebias = 256.0f;
-/// fp16 bits of an e4m3 byte, scaled by 2^-8.
-constexpr uint16_t e4m3_as_f16_bits(uint8_t x) { return uint16_t(((x & 0x80) << 8) | ((x & 0x7f) << 7)); }
+/// fp16 bits of an e4m3 byte, scaled by 2^-8; the NaN codes (S.1111.111) stay NaN.
+constexpr uint16_t e4m3_as_f16_bits(uint8_t x) {
+  return uint16_t(((x & 0x80) << 8) | ((x & 0x7f) << 7) | ((x & 0x7f) == 0x7f ? 0x7e00 : 0));
+}
 
 struct KernelArgs {
   // q: [num_tokens, num_heads, head_size], element strides; innermost contiguous.

@@ -45,8 +45,9 @@ struct Simd {
     if constexpr (T == KvType::e4m3) {  // fp16 bit placement, × 2^-8 (see kE4m3Rebias)
       const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(q));
       const __m128i s = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
-      const __m128i em = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7f)), 7);
-      return _mm256_cvtph_ps(_mm_or_si128(s, em));
+      const __m128i m7 = _mm_and_si128(x, _mm_set1_epi16(0x7f));
+      const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(m7, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7e00));  // NaN code
+      return _mm256_cvtph_ps(_mm_or_si128(_mm_or_si128(s, _mm_slli_epi16(m7, 7)), nan));
     }
     if constexpr (T == KvType::e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(q)), 8));
   }

@@ -59,8 +59,9 @@ struct Simd {
   /// 16 e4m3 bytes (zero-extended to 16 bits) as fp32 × 2^-8, via their fp16 bit placement.
   static F e4m3(__m256i x) {
     const __m256i s = _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8);
-    const __m256i em = _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7f)), 7);
-    return _mm512_cvtph_ps(_mm256_or_si256(s, em));
+    const __m256i m7 = _mm256_and_si256(x, _mm256_set1_epi16(0x7f));
+    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(m7, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7e00));  // NaN code
+    return _mm512_cvtph_ps(_mm256_or_si256(_mm256_or_si256(s, _mm256_slli_epi16(m7, 7)), nan));
   }
 
   /// exp(x), 0 for x = -inf, NaN for NaN (a NaN score must not become a finite weight). Cephes
