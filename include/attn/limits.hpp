@@ -11,9 +11,10 @@ namespace attn::limits {
 /// asked for 10^5 threads crashes instead of failing.
 inline constexpr int kMaxThreads = 1024;
 /// Head size (and head_size_v, MLA dims). The largest finite backend rule is 256 (cpu_flash,
-/// cuda_flash); MLA's latent entry is 576 wide; 1024 keeps both with room to spare.
+/// cuda_flash); MLA's latent entry is 576 wide (cpu_mla and reference declare "any"); 2048 keeps
+/// both with room for wider heads while refusing sizes no kernel could mean.
 /// tests/unit/limits_test.cpp checks every registered backend's rule stays within it.
-inline constexpr int kMaxHeadSize = 1024;
+inline constexpr int kMaxHeadSize = 2048;
 /// Query or KV heads of one layer.
 inline constexpr int kMaxHeads = 4096;
 /// Tokens per KV-cache block.

@@ -36,7 +36,7 @@ def test_threads_beyond_the_limit_are_refused():
 
 
 def test_head_size_beyond_every_backend_is_refused():
-    with pytest.raises(attn.Error, match=r"head_size=100000 .*<= 1024"):
+    with pytest.raises(attn.Error, match=r"head_size=100000 .*<= 2048"):
         attn.select(attn.LayerConfig(num_heads=4, num_kv_heads=2, head_size=100000))
 
 

@@ -110,7 +110,7 @@ TEST(CliLimits, HeadDimBeyondEveryBackendIsRefused) {
   const CliResult r = run_on(cfg, "plan");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.err.find("head_size=100000"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("<= 1024"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("<= 2048"), std::string::npos) << r.err;
 }
 
 TEST(CliLimits, MlaDimsNearIntMaxNameTheDim) {

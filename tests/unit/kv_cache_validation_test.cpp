@@ -110,14 +110,14 @@ TEST(KVCacheConstruction, SizesWithinEachLimitButBeyond64BitsTogether) {
   s.num_kv_heads = limits::kMaxHeads;
   s.head_size = limits::kMaxHeadSize;
   s.head_size_v = 0;
-  EXPECT_TRUE(throws_error([&] { s.bytes(); }, {"KVCache [16777216, 2, 65536, 4096, 1024] bytes=", "(beyond 64 bits)"}));
+  EXPECT_TRUE(throws_error([&] { s.bytes(); }, {"KVCache [16777216, 2, 65536, 4096, 2048] bytes=", "(beyond 64 bits)"}));
   EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"KVCache", "beyond 64 bits"}));
 }
 
 TEST(KVCacheConstruction, HeadSizeBeyondEveryBackend) {
   KVCacheSpec s = small_spec();
   s.head_size = 100000;
-  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size=100000", "<= 1024"}));
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size=100000", "<= 2048"}));
 }
 
 TEST(KVCacheConstruction, BytesMatchTheAllocation) {
