@@ -30,6 +30,10 @@ struct KVCacheSpec {
 
   int32_t v_width() const { return head_size_v ? head_size_v : head_size; }
   std::vector<int64_t> shape() const;  // the declared cache shape
+  /// Rejects sizes outside attn's limits (include/attn/limits.hpp) and inconsistent MLA specs.
+  void validate() const;
+  /// Bytes of the cache this spec declares (validated; a product beyond 64 bits is an error).
+  int64_t bytes() const;
   std::string to_string() const;
 };
 

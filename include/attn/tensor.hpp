@@ -38,7 +38,12 @@ struct TensorView {
 void check_tensor(const TensorView& t, const char* arg, int ndim, std::initializer_list<DType> dtypes,
                   std::initializer_list<int64_t> extents = {}, bool inner_contiguous = true);
 
-/// Owning, 64-byte aligned, contiguous buffer; `view()` hands out a TensorView.
+/// Bytes of a contiguous tensor of `shape`; throws attn::Error naming `name` when an extent is
+/// negative or the product does not fit in 64 bits (a wrapped size would under-allocate).
+int64_t checked_nbytes(const std::string& name, DType dtype, const std::vector<int64_t>& shape);
+
+/// Owning, zeroed, contiguous buffer, 64-byte aligned (from 1 MiB up: page-aligned, its pages
+/// zeroed by the kernel on first touch); `view()` hands out a TensorView.
 class Buffer {
  public:
   Buffer() = default;

@@ -189,6 +189,13 @@ void bind_layer(nb::module_& m) {
              std::vector<SequenceSpec> seqs(n);
              for (std::size_t s = 0; s < n; ++s) {
                seqs[s].query_len = query_lens[s];
+               if (!context_lens) {
+                 // Checked before subtracting: seq_lens - query_lens of hostile values wraps.
+                 const std::string at = "[" + std::to_string(s) + "]";
+                 require(query_lens[s] >= 0, "query_lens" + at, query_lens[s], ">= 0");
+                 require(lens[s] >= query_lens[s], "seq_lens" + at, lens[s],
+                         ">= query_lens" + at + " = " + std::to_string(query_lens[s]));
+               }
                seqs[s].context_len = context_lens ? lens[s] : lens[s] - query_lens[s];
                seqs[s].block_ids = block_ids[s];
              }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 
 namespace attn {
 
@@ -27,7 +28,7 @@ void LayerParams::validate() const {
   } else {
     require(alibi_slopes.empty(), "alibi_slopes.size()", alibi_slopes.size(), "0 (use_alibi=false)");
   }
-  require(num_threads >= 0, "num_threads", num_threads, ">= 0 (0 = all cores)");
+  check_threads("num_threads", num_threads);
 }
 
 std::vector<float> alibi_slopes(int n) {

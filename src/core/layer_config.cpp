@@ -5,7 +5,9 @@
 #include <type_traits>
 #include <sstream>
 
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "core/names.hpp"
 
 namespace attn {
@@ -75,26 +77,35 @@ std::string LayerConfig::kind() const {
 
 void LayerConfig::validate() const {
   if (is_attention_free) return;  // an attention-free placeholder carries no shape
-  require(num_heads > 0, "num_heads", num_heads, "> 0");
-  require(num_kv_heads > 0, "num_kv_heads", num_kv_heads, "> 0");
+  check_heads("num_heads", num_heads);
+  check_heads("num_kv_heads", num_kv_heads);
   require(num_heads % num_kv_heads == 0, "num_kv_heads", num_kv_heads,
           "a divisor of num_heads=" + std::to_string(num_heads));
-  require(head_size > 0, "head_size", head_size, "> 0");
-  require(head_size_v >= 0, "head_size_v", head_size_v, ">= 0 (0 = same as head_size)");
-  require(block_size >= 0, "block_size", block_size, ">= 0 (0 = backend's preferred)");
+  if (use_mla) {
+    // The MLA dims first: head_size is derived from them, so an overflowed sum would otherwise be
+    // reported as a nonsensical head_size instead of the dimension the caller got wrong.
+    require(kv_lora_rank > 0, "kv_lora_rank", kv_lora_rank, "> 0 for an MLA layer");
+    check_head_size("kv_lora_rank", kv_lora_rank);
+    check_head_size("qk_rope_head_dim", qk_rope_head_dim, 0);
+    check_head_size("qk_nope_head_dim", qk_nope_head_dim, 0);
+    check_head_size("v_head_dim", v_head_dim, 0);
+    const int64_t latent = checked_sum("kv_lora_rank + qk_rope_head_dim", {kv_lora_rank, qk_rope_head_dim});
+    require(head_size == latent, "head_size", head_size,
+            "kv_lora_rank + qk_rope_head_dim = " + std::to_string(latent) + " for an MLA layer");
+  }
+  check_head_size("head_size", head_size);
+  check_head_size("head_size_v", head_size_v, 0);
+  require(block_size >= 0 && block_size <= limits::kMaxBlockSize, "block_size", block_size,
+          ">= 0 (0 = backend's preferred) and <= " + std::to_string(limits::kMaxBlockSize));
   require(sliding_window >= 0, "sliding_window", sliding_window, ">= 0 (0 = none)");
   require(logits_soft_cap >= 0.0f && std::isfinite(logits_soft_cap), "logits_soft_cap", logits_soft_cap,
           "a finite value >= 0 (0 = none)");
   require(dtype == DType::float32 || dtype == DType::float16 || dtype == DType::bfloat16, "dtype", attn::to_string(dtype),
           "one of float32, float16, bfloat16 (fp8 / int8 are storage types)");
-  if (use_mla) {
-    require(kv_lora_rank > 0, "kv_lora_rank", kv_lora_rank, "> 0 for an MLA layer");
-    require(head_size == kv_lora_rank + qk_rope_head_dim, "head_size", head_size,
-            "kv_lora_rank + qk_rope_head_dim = " + std::to_string(kv_lora_rank + qk_rope_head_dim) + " for an MLA layer");
-  }
   if (use_sparse) require(index_topk > 0, "index_topk", index_topk, "> 0 for a sparse layer");
   if (use_block_sparse) {
     require(bs_block_size > 0, "bs_block_size", bs_block_size, "> 0 for a block-sparse layer");
+    check_block_size("bs_block_size", bs_block_size);
     require(bs_local_blocks > 0, "bs_local_blocks", bs_local_blocks, "> 0 for a block-sparse layer");
     require(bs_vert_stride > 0, "bs_vert_stride", bs_vert_stride, "> 0 for a block-sparse layer");
   }

@@ -1,7 +1,7 @@
 #include "attn/platform.hpp"
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -93,6 +93,25 @@ Platform detect_x86() {
 }
 #endif
 
+// "cuda:<major>.<minor>": digits only, major 1..kMaxCudaMajor, minor 0..9, so that the sm_ name
+// (major * 10 + minor) and every comparison stay far from int overflow.
+ComputeCapability parse_compute_capability(const std::string& spec) {
+  constexpr int kMaxCudaMajor = 99;
+  const auto fail = [&]() -> ComputeCapability {
+    throw Error("platform='" + spec + "' invalid: expected cuda:<major>.<minor> with major 1.." +
+                std::to_string(kMaxCudaMajor) + " and minor 0..9, such as cuda:8.0, cuda:9.0, cuda:12.0");
+  };
+  const char* p = spec.c_str() + 5;
+  const char* end = spec.c_str() + spec.size();
+  const char* dot = std::find(p, end, '.');
+  int major = -1, minor = -1;
+  const auto [mp, mec] = std::from_chars(p, dot, major);
+  if (mec != std::errc() || mp != dot || dot == end) return fail();
+  const auto [np, nec] = std::from_chars(dot + 1, end, minor);
+  if (nec != std::errc() || np != end || major < 1 || major > kMaxCudaMajor || minor < 0 || minor > 9) return fail();
+  return {major, minor};
+}
+
 }  // namespace
 
 std::string_view to_string(CpuFeature f) { return detail::name_of(feature_table(), f); }
@@ -177,14 +196,11 @@ Platform parse_platform(const std::string& spec) {
     return p;
   }
   if (spec.rfind("cuda:", 0) == 0) {
-    int major = -1, minor = -1;
-    char tail = 0;
-    if (std::sscanf(spec.c_str() + 5, "%d.%d%c", &major, &minor, &tail) != 2 || major < 1 || minor < 0 || minor > 9)
-      throw Error("platform='" + spec + "' invalid: expected cuda:<major>.<minor> such as cuda:8.0, cuda:9.0, cuda:12.0");
+    const ComputeCapability cc = parse_compute_capability(spec);
     Platform p;
     p.kind = PlatformKind::cuda;
-    p.cc = {major, minor};
-    p.name = "sm_" + std::to_string(major * 10 + minor);
+    p.cc = cc;
+    p.name = "sm_" + std::to_string(cc.as_int());
     return p;
   }
   throw Error("platform='" + spec + "' invalid: expected one of " + valid);

@@ -5,10 +5,51 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
 #include "attn/numeric.hpp"
 
 namespace attn {
+namespace {
+
+// Large buffers (KV caches) come from the kernel as zero pages mapped on first touch, so a cache
+// sized for the worst case costs only what is written; small ones are cheaper from the heap.
+constexpr std::size_t kMapThreshold = std::size_t(1) << 20;
+
+std::size_t allocation_size(std::size_t bytes) {
+  const std::size_t rounded = (bytes + 63) / 64 * 64;
+  return rounded ? rounded : 64;
+}
+
+void* allocate_zeroed(std::size_t bytes) {
+  const std::size_t size = allocation_size(bytes);
+  if (size >= kMapThreshold) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("Buffer bytes=" + std::to_string(bytes) + " invalid: expected an allocation this machine can map");
+    return p;
+  }
+  void* p = std::aligned_alloc(64, size);
+  if (!p) throw Error("Buffer bytes=" + std::to_string(bytes) + " invalid: expected an allocation this machine can make");
+  std::memset(p, 0, size);
+  return p;
+}
+
+void release(void* p, std::size_t bytes) {
+  if (!p) return;
+  const std::size_t size = allocation_size(bytes);
+  if (size >= kMapThreshold) ::munmap(p, size);
+  else std::free(p);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+}  // namespace
 
 TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<int64_t>& shape) {
   TensorView t;
@@ -45,9 +86,7 @@ bool TensorView::is_contiguous() const {
 }
 
 std::string TensorView::shape_string() const {
-  std::string s = "[";
-  for (int d = 0; d < ndim; ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
-  return s + "]";
+  return shape_text(std::vector<int64_t>(shape.begin(), shape.begin() + ndim));
 }
 
 void check_tensor(const TensorView& t, const char* arg, int ndim, std::initializer_list<DType> dtypes,
@@ -78,23 +117,24 @@ void check_tensor(const TensorView& t, const char* arg, int ndim, std::initializ
     require(t.strides[i] >= 0, a + ".strides", t.strides[i], "non-negative strides");
 }
 
+int64_t checked_nbytes(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  for (int64_t e : shape) require(e >= 0, name, shape_text(shape), "non-negative extents");
+  std::vector<int64_t> factors(shape);
+  factors.push_back(int64_t(dtype_size(dtype)));
+  return checked_product(name + " " + shape_text(shape) + " bytes", factors, kInt64Max,
+                         "the bytes of one tensor must fit in 64 bits");
+}
+
 Buffer::Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-  int64_t n = 1;
-  for (int64_t e : shape_) {
-    require(e >= 0, "shape", e, "non-negative extents");
-    n *= e;
-  }
-  bytes_ = std::size_t(n) * dtype_size(dtype);
-  const std::size_t rounded = (bytes_ + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded ? rounded : 64);
-  if (!data_) throw Error("Buffer: cannot allocate " + std::to_string(bytes_) + " bytes");
-  std::memset(data_, 0, rounded ? rounded : 64);
+  require(shape_.size() <= std::size_t(TensorView::kMaxDims), "shape.size()", shape_.size(), "at most 6 dimensions");
+  bytes_ = std::size_t(checked_nbytes("shape", dtype_, shape_));
+  data_ = allocate_zeroed(bytes_);
 }
 
 Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    release(data_, bytes_);
     data_ = o.data_;
     bytes_ = o.bytes_;
     dtype_ = o.dtype_;
@@ -104,7 +144,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   }
   return *this;
 }
-Buffer::~Buffer() { std::free(data_); }
+Buffer::~Buffer() { release(data_, bytes_); }
 
 TensorView Buffer::view() const { return TensorView::contiguous(data_, dtype_, shape_); }
 

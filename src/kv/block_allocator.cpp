@@ -1,12 +1,14 @@
 #include <algorithm>
 
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "attn/kv_cache.hpp"
 
 namespace attn {
 
 BlockAllocator::BlockAllocator(int32_t num_blocks) {
-  require(num_blocks > 0, "num_blocks", num_blocks, "> 0");
+  check_num_blocks("num_blocks", num_blocks);
   refs_.assign(std::size_t(num_blocks), 0);
   free_.reserve(std::size_t(num_blocks));
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // pop_back hands out 0, 1, 2, ...
@@ -57,6 +59,7 @@ SequenceBlocks::SequenceBlocks(SequenceBlocks&& o) noexcept
 void SequenceBlocks::append(int64_t n, KVCache* cache) {
   require(n >= 0, "n", n, ">= 0");
   if (n == 0) return;
+  const int64_t total = checked_sum("tokens + n", {tokens_, n}, limits::kMaxSeqLen, "tokens of one sequence");
   // Copy-on-write: appending into a partly filled block that another sequence shares.
   if (tokens_ % block_size_ != 0 && !blocks_.empty() && alloc_->ref_count(blocks_.back()) > 1) {
     const int32_t fresh = alloc_->allocate();
@@ -64,9 +67,9 @@ void SequenceBlocks::append(int64_t n, KVCache* cache) {
     alloc_->release(blocks_.back());
     blocks_.back() = fresh;
   }
-  const int64_t need = (tokens_ + n + block_size_ - 1) / block_size_;
+  const int64_t need = (total + block_size_ - 1) / block_size_;
   while (int64_t(blocks_.size()) < need) blocks_.push_back(alloc_->allocate());
-  tokens_ += n;
+  tokens_ = total;
 }
 
 SequenceBlocks SequenceBlocks::fork() const {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "attn/numeric.hpp"
 
 namespace attn {
@@ -57,18 +58,27 @@ std::string KVCacheSpec::to_string() const {
          " (kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype)) + ")";
 }
 
-KVCache::KVCache(const KVCacheSpec& spec) : spec_(spec) {
-  require(spec.num_blocks > 0, "num_blocks", spec.num_blocks, "> 0");
-  require(spec.block_size > 0, "block_size", spec.block_size, "> 0");
-  require(spec.num_kv_heads > 0, "num_kv_heads", spec.num_kv_heads, "> 0");
-  require(spec.head_size > 0, "head_size", spec.head_size, "> 0");
-  require(spec.head_size_v >= 0, "head_size_v", spec.head_size_v, ">= 0");
-  require(spec.dtype != DType::int32 && spec.dtype != DType::int64 && spec.dtype != DType::int8, "cache dtype",
-          to_string(spec.dtype), "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2");
-  if (spec.layout == KVLayout::MLA) {
-    require(spec.num_kv_heads == 1, "num_kv_heads", spec.num_kv_heads, "1 for the MLA latent cache");
-    require(spec.v_width() <= spec.head_size, "head_size_v", spec.head_size_v, "<= head_size for the MLA latent cache");
+void KVCacheSpec::validate() const {
+  check_num_blocks("num_blocks", num_blocks);
+  check_block_size("block_size", block_size);
+  check_heads("num_kv_heads", num_kv_heads);
+  check_head_size("head_size", head_size);
+  check_head_size("head_size_v", head_size_v, 0);
+  require(dtype != DType::int32 && dtype != DType::int64 && dtype != DType::int8, "cache dtype", attn::to_string(dtype),
+          "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2");
+  if (layout == KVLayout::MLA) {
+    require(num_kv_heads == 1, "num_kv_heads", num_kv_heads, "1 for the MLA latent cache");
+    require(v_width() <= head_size, "head_size_v", head_size_v, "<= head_size for the MLA latent cache");
   }
+}
+
+int64_t KVCacheSpec::bytes() const {
+  validate();
+  return checked_nbytes("KVCache", dtype, shape());
+}
+
+KVCache::KVCache(const KVCacheSpec& spec) : spec_(spec) {
+  spec.bytes();  // validates, and refuses a shape whose byte count would wrap
   storage_ = Buffer(spec.dtype, spec.shape());
   k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
   v_scales_ = k_scales_;

@@ -1,9 +1,10 @@
 #include "attn/metadata.hpp"
 
 #include <algorithm>
-#include <limits>
 
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 
 namespace attn {
 namespace {
@@ -12,8 +13,9 @@ int64_t blocks_needed(int64_t tokens, int32_t block_size) { return (tokens + blo
 }  // namespace
 
 BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_t block_size, int32_t num_blocks, bool causal) {
-  require(block_size > 0, "block_size", block_size, "> 0");
-  require(num_blocks > 0, "num_blocks", num_blocks, "> 0");
+  check_block_size("block_size", block_size);
+  check_num_blocks("num_blocks", num_blocks);
+  check_range("num_seqs", int64_t(seqs.size()), 0, limits::kMaxTokens, "sequences of one step");
   BatchMetadata md;
   md.num_seqs = int32_t(seqs.size());
   md.block_size = block_size;
@@ -23,8 +25,9 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
     const SequenceSpec& q = seqs[s];
     require(q.context_len >= 0, seq_arg(int(s), "context_len"), q.context_len, ">= 0");
     require(q.query_len >= 0, seq_arg(int(s), "query_len"), q.query_len, ">= 0");
-    const int64_t len = q.context_len + q.query_len;
-    require(len <= std::numeric_limits<int32_t>::max(), seq_arg(int(s), "context_len + query_len"), len, "< 2^31");
+    // Checked: a wrapped sum goes negative, needs no blocks and lets the copy below read past block_ids.
+    const int64_t len = checked_sum(seq_arg(int(s), "context_len + query_len"), {q.context_len, q.query_len},
+                                    limits::kMaxSeqLen, "tokens of one sequence");
     const int64_t need = blocks_needed(len, block_size);
     require(int64_t(q.block_ids.size()) >= need, seq_arg(int(s), "block_ids.size()"), q.block_ids.size(),
             ">= " + std::to_string(need) + " blocks for " + std::to_string(len) + " tokens of block_size " + std::to_string(block_size));
@@ -32,10 +35,11 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
       require(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
               seq_arg(int(s), "block_ids") + std::string("[") + std::to_string(b) + "]", q.block_ids[b],
               "a block id in [0, " + std::to_string(num_blocks) + ")");
-    total += q.query_len;
+    total = checked_sum("num_tokens", {total, q.query_len}, limits::kMaxTokens, "query tokens of one step, summed over sequences");
     max_blocks = std::max(max_blocks, need);
   }
-  require(total <= std::numeric_limits<int32_t>::max(), "num_tokens", total, "< 2^31");
+  checked_product("num_seqs * max_blocks_per_seq", {int64_t(seqs.size()), max_blocks}, limits::kMaxTokens,
+                  "entries of the block table");
   md.num_tokens = int32_t(total);
   md.max_blocks_per_seq = int32_t(max_blocks);
   md.query_start_loc.assign(seqs.size() + 1, 0);
@@ -59,11 +63,13 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
 }
 
 void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const {
+  check_block_size("block_size", cache_block_size);
+  check_num_blocks("num_blocks", num_blocks);
   require(block_size == cache_block_size, "metadata.block_size", block_size,
           "the cache's block_size " + std::to_string(cache_block_size));
   require(num_seqs >= 0, "metadata.num_seqs", num_seqs, ">= 0");
   require(int64_t(query_start_loc.size()) == int64_t(num_seqs) + 1, "metadata.query_start_loc.size()", query_start_loc.size(),
-          "num_seqs + 1 = " + std::to_string(num_seqs + 1));
+          "num_seqs + 1 = " + std::to_string(int64_t(num_seqs) + 1));
   require(query_start_loc[0] == 0, "metadata.query_start_loc[0]", query_start_loc[0], "0");
   require(int64_t(seq_lens.size()) == num_seqs, "metadata.seq_lens.size()", seq_lens.size(), "num_seqs = " + std::to_string(num_seqs));
   require(max_blocks_per_seq >= 0, "metadata.max_blocks_per_seq", max_blocks_per_seq, ">= 0");

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "attn/mamba.hpp"
 
 namespace attn {
@@ -208,7 +209,7 @@ void MixerParams::validate() const {
   }
   check_nonpositive(A);
   require(chunk_size >= 0, "chunk_size", chunk_size, ">= 0 (0 = sequential recurrence)");
-  require(num_threads >= 0, "num_threads", num_threads, ">= 0 (0 = all cores)");
+  check_threads("num_threads", num_threads);
   require(std::isfinite(scale) && scale >= 0.0f, "scale", scale, "a finite value >= 0 (0 = default)");
 }
 

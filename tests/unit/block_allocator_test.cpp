@@ -3,6 +3,7 @@
 // shared, partly filled block (the block's content is copied through the cache).
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "attn/kv_cache.hpp"
@@ -78,6 +79,22 @@ TEST(SequenceBlocks, NegativeAppend) {
   BlockAllocator a(2);
   SequenceBlocks s(a, 4);
   EXPECT_TRUE(throws_error([&] { s.append(-1); }, {"n=-1", ">= 0"}));
+}
+
+TEST(BlockAllocator, PoolBeyondTheBlockLimit) {
+  // 2^31 - 1 blocks once meant 16 GiB of bookkeeping before the first allocation.
+  EXPECT_TRUE(throws_error([] { BlockAllocator a(std::numeric_limits<int32_t>::max()); },
+                           {"num_blocks=2147483647", "<= 16777216"}));
+}
+
+TEST(SequenceBlocks, AppendBeyondOneSequenceIsNamedNotWrapped) {
+  BlockAllocator a(2);
+  SequenceBlocks s(a, 4);
+  s.append(3);
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(throws_error([&] { s.append(huge); }, {"tokens + n=3 + 9223372036854775807 (beyond 64 bits)"}));
+  EXPECT_TRUE(throws_error([&] { s.append(int64_t(1) << 31); }, {"tokens + n=3 + 2147483648", "at most 2147483647"}));
+  EXPECT_EQ(s.num_tokens(), 3);
 }
 
 TEST(SequenceBlocks, AppendBeyondThePoolFails) {

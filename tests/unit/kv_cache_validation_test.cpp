@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attn/kv_cache.hpp"
+#include "attn/limits.hpp"
 #include "attn/numeric.hpp"
 #include "support/expect_error.hpp"
 
@@ -86,6 +87,43 @@ TEST(KVCacheConstruction, MlaValueWiderThanTheEntry) {
   s.num_kv_heads = 1;
   s.head_size_v = 9;
   EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size_v=9", "<= head_size"}));
+}
+
+TEST(KVCacheConstruction, HugeSpecIsRefusedInsteadOfAZeroByteCache) {
+  // attn.KVCache(2**30, block_size=2**28, num_kv_heads=1, head_size=32, dtype='float32') once
+  // allocated 0 bytes (the product wrapped) and write_kv then wrote outside it.
+  KVCacheSpec s = small_spec();
+  s.num_blocks = 1 << 30;
+  s.block_size = 1 << 28;
+  s.num_kv_heads = 1;
+  s.head_size = 32;
+  s.head_size_v = 0;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"num_blocks=1073741824", "<= 16777216"}));
+  s.num_blocks = 4;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"block_size=268435456", "<= 65536"}));
+}
+
+TEST(KVCacheConstruction, SizesWithinEachLimitButBeyond64BitsTogether) {
+  KVCacheSpec s = small_spec();
+  s.num_blocks = limits::kMaxNumBlocks;
+  s.block_size = limits::kMaxBlockSize;
+  s.num_kv_heads = limits::kMaxHeads;
+  s.head_size = limits::kMaxHeadSize;
+  s.head_size_v = 0;
+  EXPECT_TRUE(throws_error([&] { s.bytes(); }, {"KVCache [16777216, 2, 65536, 4096, 2048] bytes=", "(beyond 64 bits)"}));
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"KVCache", "beyond 64 bits"}));
+}
+
+TEST(KVCacheConstruction, HeadSizeBeyondEveryBackend) {
+  KVCacheSpec s = small_spec();
+  s.head_size = 100000;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size=100000", "<= 2048"}));
+}
+
+TEST(KVCacheConstruction, BytesMatchTheAllocation) {
+  const KVCacheSpec s = small_spec();
+  EXPECT_EQ(s.bytes(), int64_t(KVCache(s).bytes()));
+  EXPECT_EQ(s.bytes(), 4 * 2 * 4 * 2 * 8 * 4);
 }
 
 // --- scales ---

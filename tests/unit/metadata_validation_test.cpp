@@ -3,6 +3,8 @@
 // attn::Error naming the argument; good inputs produce vLLM v1's layout.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "attn/metadata.hpp"
 #include "support/expect_error.hpp"
 
@@ -83,15 +85,27 @@ TEST(MetadataBuild, ZeroBlocks) {
 
 TEST(MetadataBuild, SequenceLongerThanInt32) {
   EXPECT_TRUE(throws_error([] { BatchMetadata::build({{int64_t(1) << 31, 1, {}}}, kBlockSize, kNumBlocks); },
-                           {"seqs[0].context_len + query_len", "< 2^31"}));
+                           {"seqs[0].context_len + query_len=2147483648 + 1", "at most 2147483647"}));
+}
+
+TEST(MetadataBuild, LengthsWhoseSumWrapsAreRefused) {
+  // context_lens=[2**62], query_lens=[2**62]: the sum wrapped negative, needed no blocks, and the
+  // table copy then read past block_ids, reporting a block id the caller never passed.
+  const int64_t big = int64_t(1) << 62;
+  EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{big, big, {0}}}, kBlockSize, kNumBlocks); },
+                           {"seqs[0].context_len + query_len=4611686018427387904 + 4611686018427387904 (beyond 64 bits)"}));
+}
+
+TEST(MetadataBuild, BlockSizeBeyondTheLimit) {
+  EXPECT_TRUE(throws_error([] { BatchMetadata::build({{0, 2, {0}}}, 1 << 20, kNumBlocks); }, {"block_size=1048576", "<= 65536"}));
 }
 
 TEST(MetadataBuild, TotalTokensBeyondInt32) {
   // Two sequences of 2^30 + 1 new tokens each: every length fits, their sum does not.
-  const int64_t n = (int64_t(1) << 30) + 1, bs = int64_t(1) << 20;
+  const int64_t n = (int64_t(1) << 30) + 1, bs = int64_t(1) << 16;
   const std::vector<int32_t> ids(std::size_t((n + bs - 1) / bs), 0);
   EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{0, n, ids}, {0, n, ids}}, int32_t(bs), 4); },
-                           {"num_tokens=2147483650", "< 2^31"}));
+                           {"num_tokens=1073741825 + 1073741825 = 2147483650", "at most 2147483647"}));
 }
 
 // --- validate: metadata assembled by hand ---
@@ -110,6 +124,11 @@ TEST_F(MetadataValidate, BlockSizeDiffersFromTheCache) {
 TEST_F(MetadataValidate, NegativeNumSeqs) {
   md.num_seqs = -1;
   EXPECT_TRUE(throws_error([&] { validate(); }, {"metadata.num_seqs=-1", ">= 0"}));
+}
+
+TEST_F(MetadataValidate, NumSeqsAtInt32MaxReportsTheExpectedSizeUnwrapped) {
+  md.num_seqs = std::numeric_limits<int32_t>::max();
+  EXPECT_TRUE(throws_error([&] { validate(); }, {"metadata.query_start_loc.size()=3", "num_seqs + 1 = 2147483648"}));
 }
 
 TEST_F(MetadataValidate, QueryStartLocWrongLength) {

@@ -87,6 +87,13 @@ TEST(Platform, MalformedCudaSpecs) {
         << spec;
 }
 
+TEST(Platform, CudaVersionsBeyondIntAreRefused) {
+  // major * 10 + minor once overflowed for cuda:2147483647.0.
+  for (const char* spec : {"cuda:2147483647.0", "cuda:99999999999999999999.0", "cuda:100.0", "cuda:9.99999999999"})
+    EXPECT_TRUE(throws_error([&] { parse_platform(spec); }, {std::string("platform='") + spec + "'", "major 1..99"})) << spec;
+  EXPECT_EQ(parse_platform("cuda:99.9").name, "sm_999");
+}
+
 TEST(Platform, DetectedCudaWithoutModuleOrDeviceSaysWhy) {
   Platform p;
   std::string why;

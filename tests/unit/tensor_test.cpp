@@ -1,6 +1,8 @@
 // check_tensor (tensor.hpp): one test per bad tensor argument; each error names the argument.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <vector>
 
 #include "attn/tensor.hpp"
@@ -109,7 +111,34 @@ TEST(Buffer, ZeroedAlignedAndMovable) {
 }
 
 TEST(Buffer, NegativeExtent) {
-  EXPECT_TRUE(throws_error([] { Buffer b(DType::float32, {2, -1}); }, {"shape=-1", "non-negative"}));
+  EXPECT_TRUE(throws_error([] { Buffer b(DType::float32, {2, -1}); }, {"shape=[2, -1]", "non-negative"}));
+}
+
+TEST(Buffer, BytesBeyond64BitsAreRefusedNotWrapped) {
+  // 2^30 * 2^28 * 2^8 * 4 bytes wraps to 0 in 64-bit arithmetic: a 0-byte buffer for a huge shape.
+  EXPECT_TRUE(throws_error([] { Buffer b(DType::float32, {int64_t(1) << 30, int64_t(1) << 28, int64_t(1) << 8}); },
+                           {"shape [1073741824, 268435456, 256] bytes=1073741824 * 268435456 * 256 * 4 (beyond 64 bits)"}));
+}
+
+long resident_pages() {
+  long size = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident;
+}
+
+TEST(Buffer, LargeBuffersAreZeroWithoutTouchingTheirPages) {
+  const long before = resident_pages();
+  Buffer b(DType::float32, {64, 1 << 20});  // 256 MiB
+  const long after = resident_pages();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+  EXPECT_LT((after - before) * sysconf(_SC_PAGESIZE), 32l << 20) << "the buffer's pages were touched up front";
+  const int64_t n = b.view().numel();
+  for (int64_t i : {int64_t(0), n / 2, n - 1}) EXPECT_EQ(load_as_float(b.data(), b.dtype(), i), 0.0f);
+  Buffer moved = std::move(b);  // the mapping moves with it and is unmapped once
+  EXPECT_EQ(moved.bytes(), std::size_t(256) << 20);
 }
 
 TEST(Tensor, LoadAndStoreConvertEveryDType) {

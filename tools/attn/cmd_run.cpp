@@ -17,7 +17,9 @@
 #include "attn/registry.hpp"
 #include "commands.hpp"
 #include "mixer_run.hpp"
+#include "options.hpp"
 #include "plan.hpp"
+#include "run_memory.hpp"
 #include "workload.hpp"
 
 namespace attn_cli {
@@ -124,6 +126,8 @@ void print_phase(const char* name, const PhaseTime& total, const KindTime& atten
 }  // namespace
 
 int cmd_run(const RunOptions& o) {
+  const RunShape shape = check_run_options(o);
+  const attn::MemoryBudget budget = attn::memory_budget("--memory-limit", o.memory_limit);
   const attn::ModelSpec model = load_model(o.model);
   const attn::SelectOptions sel = select_options(o.model);
   const attn::Platform platform = sel.platform ? *sel.platform : attn::detect_cpu();
@@ -137,26 +141,33 @@ int cmd_run(const RunOptions& o) {
     }
     throw attn::Error(groups + " (candidates and their reasons above)");
   }
-  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (shape.threads > 0) omp_set_num_threads(shape.threads);
   Rng rng(o.seed);
 
-  // --- set up: block tables per attention group, sequences for the mixers, a runner per layer ---
+  // --- sizes of every cache, then the whole run against the memory budget, then allocation ---
+  RunMemory memory(shape);
   std::vector<std::unique_ptr<GroupState>> groups;
   for (const auto& g : plan.groups) {
-    if (!g.is_attention()) continue;
+    if (!g.is_attention()) {
+      memory.add_mixer_group(attn::MixerConfig::from_dims(g.sample.mixer, g.sample.mixer_dims), int(g.layers.size()));
+      continue;
+    }
     auto gs = std::make_unique<GroupState>();
     gs->group = &g;
     gs->backend = attn::Registry::instance().find(g.decision.backend);
     gs->block_size = g.decision.block_size;
     gs->causal = g.sample.attention.causal();
-    const int64_t tokens = o.prompt_len + (gs->decodes() ? o.decode_steps : 0);
-    gs->num_blocks = int32_t(int64_t(o.batch) * ((tokens + gs->block_size - 1) / gs->block_size));
-    gs->alloc = std::make_unique<attn::BlockAllocator>(gs->num_blocks);
-    for (int s = 0; s < o.batch; ++s) gs->seqs.emplace_back(*gs->alloc, gs->block_size);
+    gs->num_blocks = blocks_per_layer(shape, gs->decodes() ? shape.tokens_per_seq : shape.prompt_len, gs->block_size);
+    memory.add_attention_group(*gs->backend, g.sample, int(g.layers.size()), gs->num_blocks, gs->block_size);
     groups.push_back(std::move(gs));
   }
+  memory.check(budget);
+  for (auto& gs : groups) {
+    gs->alloc = std::make_unique<attn::BlockAllocator>(gs->num_blocks);
+    for (int s = 0; s < shape.batch; ++s) gs->seqs.emplace_back(*gs->alloc, gs->block_size);
+  }
   MixerSequences mixer_seqs;
-  mixer_seqs.num_seqs = o.batch;
+  mixer_seqs.num_seqs = shape.batch;
   std::vector<LayerState> layers;
   KindTime attention_time, mixer_time;
   for (const auto& l : model.layers) {
@@ -166,11 +177,11 @@ int cmd_run(const RunOptions& o) {
     if (l.kind == attn::LayerKind::mixer) {
       const attn::MixerConfig mc = attn::MixerConfig::from_dims(l.mixer, l.mixer_dims);
       ls.mixer_group = &g;
-      ls.mixer = std::make_unique<MixerRunner>(g.decision.backend, random_mixer_params(mc, o.threads, rng), o.batch);
+      ls.mixer = std::make_unique<MixerRunner>(g.decision.backend, random_mixer_params(mc, shape.threads, rng), shape.batch);
       ++mixer_time.layers;
     } else {
       for (auto& gs : groups) if (gs->group == &g) ls.group = gs.get();
-      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, o.threads, rng), ls.group->num_blocks,
+      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, shape.threads, rng), ls.group->num_blocks,
                                                 ls.group->block_size);
       ls.runner->use_random_up_projections(rng);  // MLA: lets long prefills run the expanded form
       ++attention_time.layers;
@@ -223,10 +234,10 @@ int cmd_run(const RunOptions& o) {
 
   bool any_decoder = mixer_time.layers > 0;  // mixers are causal decoder layers
   for (auto& g : groups) any_decoder = any_decoder || g->decodes();
-  const int decode_steps = any_decoder ? o.decode_steps : 0;
-  step(o.prompt_len, false);
+  const int decode_steps = any_decoder ? shape.decode_steps : 0;
+  step(shape.prompt_len, false);
   for (int s = 0; s < decode_steps; ++s) step(1, true);
-  const int64_t prefill_tokens = int64_t(o.batch) * o.prompt_len, decode_tokens = int64_t(o.batch) * decode_steps;
+  const int64_t prefill_tokens = int64_t(shape.batch) * shape.prompt_len, decode_tokens = int64_t(shape.batch) * decode_steps;
   for (KindTime* k : {&attention_time, &mixer_time}) {
     k->prefill.tokens = k->layers ? prefill_tokens : 0;
     k->decode.tokens = k->layers ? decode_tokens : 0;
@@ -259,7 +270,7 @@ int cmd_run(const RunOptions& o) {
     }
     for (auto& l : layers) {
       if (l.mixer && l.mixer_group == &g) {
-        gj["state_slots"] = o.batch;
+        gj["state_slots"] = shape.batch;
         gj["state_bytes_per_layer"] = l.mixer->state_bytes();
         gj["variant"] = l.mixer->variant();
         break;
@@ -268,12 +279,15 @@ int cmd_run(const RunOptions& o) {
   }
 
   json j{{"model", model.name}, {"architecture", model.architecture}, {"platform", plan.platform},
-         {"batch", o.batch}, {"prompt_len", o.prompt_len}, {"decode_steps", decode_steps},
-         {"threads", o.threads > 0 ? o.threads : omp_get_max_threads()}, {"seed", o.seed},
+         {"batch", shape.batch}, {"prompt_len", shape.prompt_len}, {"decode_steps", decode_steps},
+         {"threads", shape.threads > 0 ? shape.threads : omp_get_max_threads()}, {"seed", o.seed},
          {"attention_layers", attention_time.layers}, {"mixer_layers", mixer_time.layers},
          {"prefill", prefill.to_json()}, {"decode", decode.to_json()},
          {"by_kind", {{"attention", attention_time.to_json()}, {"mixer", mixer_time.to_json()}}},
          {"kv_cache_bytes", kv_bytes}, {"state_cache_bytes", state_bytes},
+         {"memory", {{"estimated_bytes", memory.total()}, {"estimated_kv_cache_bytes", memory.kv_cache_bytes()},
+                     {"estimated_state_cache_bytes", memory.state_cache_bytes()}, {"budget_bytes", budget.bytes},
+                     {"budget_source", budget.source}}},
          {"groups", groups_json}, {"spot_check", check}, {"mixer_spot_check", mixer_check}};
   if (rec.layer < 0) j["spot_check_skipped"] = why_no_sample;
   if (!mla_check.is_null()) j["mla_expanded_check"] = mla_check;
@@ -285,8 +299,8 @@ int cmd_run(const RunOptions& o) {
     return passed ? 0 : 1;
   }
   std::cout << plan_text(plan, false) << "\n";
-  std::printf("run: batch %d x prompt %d, %d decode steps, %d attention + %d mixer layers, %d threads\n", o.batch,
-              o.prompt_len, decode_steps, attention_time.layers, mixer_time.layers, j["threads"].get<int>());
+  std::printf("run: batch %d x prompt %d, %d decode steps, %d attention + %d mixer layers, %d threads\n", shape.batch,
+              shape.prompt_len, decode_steps, attention_time.layers, mixer_time.layers, j["threads"].get<int>());
   if (layers.empty()) {
     std::printf("  no layers: nothing to run\n");
     return 0;
@@ -298,6 +312,8 @@ int cmd_run(const RunOptions& o) {
     std::printf("  decode:  none (encoder-only model)\n");
   }
   if (attention_time.layers) std::printf("  KV cache: %s in %d layer caches\n", mib(double(kv_bytes)).c_str(), attention_time.layers);
+  std::printf("  memory: %s estimated before allocation, budget %s (%s)\n", attn::format_bytes(uint64_t(memory.total())).c_str(),
+              attn::format_bytes(budget.bytes).c_str(), budget.source.c_str());
   if (mixer_time.layers) {
     std::printf("  mixer state cache: %s in %d layer caches (one slot per sequence)\n", mib(double(state_bytes)).c_str(),
                 mixer_time.layers);
@@ -326,7 +342,7 @@ int cmd_run(const RunOptions& o) {
   if (!mla_check.is_null()) print_check("MLA expanded-form check", mla_check);
   if (!mixer_check.is_null()) {
     print_check("mixer spot check", mixer_check);
-    std::printf("    final states: max |err| %.3g over %d slots\n", mixer_check["state_max_abs_err"].get<double>(), o.batch);
+    std::printf("    final states: max |err| %.3g over %d slots\n", mixer_check["state_max_abs_err"].get<double>(), shape.batch);
   }
   return passed ? 0 : 1;
 }

@@ -2,6 +2,7 @@
 // The `attn` subcommands. Each returns the process exit code; errors (attn::Error) propagate to
 // main, which prints them on stderr and exits 1.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace attn_cli {
@@ -17,7 +18,7 @@ struct ModelOptions {
   std::string platform;       // "" = this machine
   std::string dtype;          // "" = the config's torch_dtype
   std::string kv_cache_dtype; // "" = auto
-  int block_size = 0;         // 0 = the chosen backend's preferred size
+  std::optional<int64_t> block_size;  // unset = the chosen backend's preferred size
   std::string backend;        // forced attention backend ("" / "auto" = none)
 };
 
@@ -26,13 +27,16 @@ struct PlanOptions {
   bool json = false;
 };
 
+/// Sizes are int64 so that any number the user types reaches the limit checks (options.hpp)
+/// and is refused there by name, rather than wrapping in the parser or in arithmetic.
 struct RunOptions {
   ModelOptions model;
-  int batch = 4;
-  int prompt_len = 128;
-  int decode_steps = 16;
-  int threads = 0;            // 0 = all cores
+  int64_t batch = 4;
+  int64_t prompt_len = 128;
+  int64_t decode_steps = 16;
+  int64_t threads = 0;        // 0 = all cores
   uint64_t seed = 1;
+  std::string memory_limit;   // "" = ATTN_MEMORY_LIMIT, else a fraction of available memory
   bool json = false;
 };
 

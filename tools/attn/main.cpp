@@ -5,8 +5,10 @@
 #include <iostream>
 
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "bench.hpp"
 #include "commands.hpp"
+#include "options.hpp"
 
 namespace {
 
@@ -16,9 +18,23 @@ void add_model_flags(CLI::App* cmd, attn_cli::ModelOptions& m, bool model_requir
   cmd->add_option("--platform", m.platform, "plan for: cpu, cpu:avx2, cpu:avx512, cuda, cuda:9.0, ... (default: this machine)");
   cmd->add_option("--dtype", m.dtype, "model dtype override (float32, float16, bfloat16)");
   cmd->add_option("--kv-cache-dtype", m.kv_cache_dtype, "KV-cache dtype (auto, fp8, fp8_e4m3, ...)");
-  cmd->add_option("--block-size", m.block_size, "KV block size (default: the chosen backend's preferred size)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<int64_t>(
+      "--block-size", [&m](const int64_t& v) { m.block_size = v; }, "KV block size (default: the chosen backend's preferred size)");
   cmd->add_option("--backend", m.backend, "force this attention backend (\"auto\" = choose)");
+}
+
+/// An option given with an empty value ('' from a script's unset variable) would otherwise mean
+/// the default silently; refuse it, naming the option.
+void reject_empty_values(const CLI::App& app) {
+  for (const CLI::App* cmd : app.get_subcommands()) {
+    for (const CLI::Option* opt : cmd->get_options()) {
+      for (const std::string& value : opt->results()) {
+        if (value.empty() && opt->get_expected_min() > 0) {
+          throw attn::Error(opt->get_name() + "='' invalid: expected a value: " + opt->get_description());
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -40,10 +56,14 @@ int main(int argc, char** argv) {
   attn_cli::RunOptions run;
   auto* cmd_run = app.add_subcommand("run", "prefill + decode steps of every layer of a model (attention and mixers) on random activations");
   add_model_flags(cmd_run, run.model, false);
-  cmd_run->add_option("--batch", run.batch, "sequences")->check(CLI::PositiveNumber);
-  cmd_run->add_option("--prompt-len", run.prompt_len, "prompt tokens per sequence")->check(CLI::PositiveNumber);
-  cmd_run->add_option("--decode-steps", run.decode_steps, "decode steps after the prefill")->check(CLI::NonNegativeNumber);
-  cmd_run->add_option("--threads", run.threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  // Sizes are range-checked after parsing (options.cpp), so errors name the option and attn's limit.
+  cmd_run->add_option("--batch", run.batch, "sequences");
+  cmd_run->add_option("--prompt-len", run.prompt_len, "prompt tokens per sequence");
+  cmd_run->add_option("--decode-steps", run.decode_steps, "decode steps after the prefill");
+  cmd_run->add_option("--threads", run.threads, "threads (0 = all cores)");
+  cmd_run->add_option("--memory-limit", run.memory_limit,
+                      "refuse to run when caches and activations would exceed this (8G, 512M, ...; default: $" +
+                          std::string(attn::limits::kMemoryLimitEnv) + ", else 80% of available memory)");
   cmd_run->add_option("--seed", run.seed, "random seed of the activations");
   cmd_run->add_flag("--json", run.json, "print JSON");
 
@@ -59,7 +79,7 @@ int main(int argc, char** argv) {
   cmd_bench->add_option("--filter", bench.filter,
                         "only shapes / figures whose name contains this (mla, mixer: those figure sets)");
   cmd_bench->add_flag("--quick", bench.quick, "short sizes, few repeats");
-  cmd_bench->add_option("--threads", bench.threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd_bench->add_option("--threads", bench.threads, "threads (0 = all cores)");
   cmd_bench->add_option("--csv", bench.csv_path, "also write CSV here");
 
   try {
@@ -69,6 +89,8 @@ int main(int argc, char** argv) {
   }
 
   try {
+    reject_empty_values(app);
+    if (*cmd_bench) attn_cli::check_threads_option(bench.threads);
     if (*cmd_backends) return attn_cli::cmd_backends(backends);
     if (*cmd_plan) return attn_cli::cmd_plan(plan);
     if (*cmd_run) return attn_cli::cmd_run(run);

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "attn/platform.hpp"
 #include "attn/mamba.hpp"
 
@@ -61,8 +63,10 @@ attn::ModelSpec load_model(const ModelOptions& o) {
   attn::ModelOverrides ov;
   if (!o.dtype.empty()) ov.dtype = attn::parse_dtype(o.dtype);
   if (!o.kv_cache_dtype.empty()) ov.kv_cache_dtype = attn::parse_kv_cache_dtype(o.kv_cache_dtype);
-  ov.block_size = o.block_size;
-  return attn::load_model(o.model.empty() ? attn::default_model() : o.model, ov);
+  if (o.block_size) ov.block_size = attn::check_block_size("--block-size", *o.block_size);
+  attn::ModelSpec spec = attn::load_model(o.model.empty() ? attn::default_model() : o.model, ov);
+  attn::check_range("num_hidden_layers", spec.num_layers, 1, attn::limits::kMaxLayers, "layers of one model");
+  return spec;
 }
 
 attn::SelectOptions select_options(const ModelOptions& o) {

@@ -1,0 +1,27 @@
+#include "attn/limits.hpp"
+
+#include "attn/checked.hpp"
+
+namespace attn {
+
+int32_t check_threads(const std::string& name, int64_t value) {
+  return check_range32(name, value, 0, limits::kMaxThreads, "0 = all cores; at most attn's thread limit");
+}
+
+int32_t check_head_size(const std::string& name, int64_t value, int64_t lo) {
+  return check_range32(name, value, lo, limits::kMaxHeadSize, "the largest head size attn accepts");
+}
+
+int32_t check_heads(const std::string& name, int64_t value) {
+  return check_range32(name, value, 1, limits::kMaxHeads, "the most heads attn accepts in one layer");
+}
+
+int32_t check_block_size(const std::string& name, int64_t value) {
+  return check_range32(name, value, 1, limits::kMaxBlockSize, "tokens per KV-cache block");
+}
+
+int32_t check_num_blocks(const std::string& name, int64_t value) {
+  return check_range32(name, value, 1, limits::kMaxNumBlocks, "the most blocks attn accepts in one layer's cache");
+}
+
+}  // namespace attn
