@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -42,10 +43,17 @@ class ConfigReader {
   }
   double number_or(const std::string& field, double fallback) const { return has(field) ? number(field) : fallback; }
 
+  /// A double for messages: std::to_string would print 1e300 as 301 digits.
+  static std::string shown(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);
+    return text;
+  }
+
   /// `x` (computed from `field`) as a float; values a float cannot hold are an error here,
   /// because converting them is undefined behaviour.
   float to_float(const std::string& field, double x) const {
-    if (!(std::fabs(x) <= double(std::numeric_limits<float>::max()))) fail(field, std::to_string(x), "a value a float can hold");
+    if (!(std::fabs(x) <= double(std::numeric_limits<float>::max()))) fail(field, shown(x), "a value a float can hold");
     return float(x);
   }
 

@@ -24,7 +24,7 @@ void add_windowed_layers(const ConfigReader& cfg, const LayerConfig& layer, cons
 float query_pre_attn_scale(const ConfigReader& cfg) {
   if (!cfg.has("query_pre_attn_scalar")) return 0.0f;
   double s = cfg.number("query_pre_attn_scalar");
-  if (!(s > 0)) cfg.fail("query_pre_attn_scalar", std::to_string(s), "> 0");
+  if (!(s > 0)) cfg.fail("query_pre_attn_scalar", ConfigReader::shown(s), "> 0");
   return cfg.to_float("query_pre_attn_scalar", 1.0 / std::sqrt(s));
 }
 

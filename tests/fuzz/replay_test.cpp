@@ -8,10 +8,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "fuzz/harnesses.hpp"
+
+namespace attn::fuzz {
+// Test names and failure messages show the harness by name.
+void PrintTo(const Harness& h, std::ostream* os) { *os << h.name; }
+}  // namespace attn::fuzz
 
 namespace {
 
