@@ -18,18 +18,15 @@ std::string dotted(const std::vector<std::string>& path) {
   return out;
 }
 
-/// Field names in messages are cut too: a key may be megabytes long.
-std::string cut(const std::string& s, std::size_t max = 64) {
-  return s.size() <= max ? s : s.substr(0, max) + "...";
-}
-
 }  // namespace
+
+std::string clip(const std::string& s, std::size_t max) { return s.size() <= max ? s : s.substr(0, max) + "..."; }
 
 std::string preview(const json& v) {
   switch (v.type()) {
     case json::value_t::array: return "a list of " + std::to_string(v.size()) + " entries";
     case json::value_t::object: return "an object of " + std::to_string(v.size()) + " fields";
-    case json::value_t::string: return "\"" + cut(v.get_ref<const std::string&>()) + "\"";
+    case json::value_t::string: return "\"" + clip(v.get_ref<const std::string&>()) + "\"";
     default: return v.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 }
@@ -44,7 +41,7 @@ json parse_config_json(const std::string& text, const std::string& model) {
   auto track = [&](int depth, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::key) {
       path.resize(std::size_t(depth));
-      if (depth > 0) path.back() = cut(parsed.get_ref<const std::string&>());
+      if (depth > 0) path.back() = clip(parsed.get_ref<const std::string&>());
     } else if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
                depth >= kMaxConfigDepth) {
       throw Error("model '" + model + "': config field '" + dotted(path) + "' nests deeper than " +

@@ -20,6 +20,10 @@ inline constexpr int kMaxLayers = 4096;
 /// deep nesting, invalid JSON or a number out of range, naming the field (dotted path) it was in.
 nlohmann::json parse_config_json(const std::string& text, const std::string& model);
 
+/// `s` cut to `max` characters (with "..."): config strings reach error messages, and a
+/// string value may be megabytes long.
+std::string clip(const std::string& s, std::size_t max = 64);
+
 /// A short, bounded text for `v` in error messages: scalars as JSON (long strings cut),
 /// lists and objects as their kind and size; never walks nested values.
 std::string preview(const nlohmann::json& v);

@@ -27,7 +27,7 @@ inline std::vector<std::string> layer_types(const ConfigReader& cfg, int num_lay
       if (!ok) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        cfg.fail("layer_types[" + std::to_string(i) + "]", "'" + types[i] + "'", "one of " + list);
+        cfg.fail("layer_types[" + std::to_string(i) + "]", "'" + clip(types[i]) + "'", "one of " + list);
       }
     }
     return types;

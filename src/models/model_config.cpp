@@ -41,10 +41,10 @@ DType config_dtype(const models::ConfigReader& text, const models::ConfigReader&
       try {
         d = parse_dtype(name);
       } catch (const Error& e) {
-        r->fail(field, "'" + name + "'", "float32, float16 or bfloat16");
+        r->fail(field, "'" + models::clip(name) + "'", "float32, float16 or bfloat16");
       }
       if (d != DType::float32 && d != DType::float16 && d != DType::bfloat16) {
-        r->fail(field, "'" + name + "'", "float32, float16 or bfloat16");
+        r->fail(field, "'" + models::clip(name) + "'", "float32, float16 or bfloat16");
       }
       return d == DType::float32 ? DType::bfloat16 : d;
     }
@@ -108,8 +108,8 @@ ModelSpec parse_model_config(const std::string& json_text, const std::string& na
   const models::Family* family = find_family(architecture, model_type);
   const std::string label = architecture.empty() ? model_type : architecture;
   if (!family) {
-    throw Error("model '" + name + "': unknown architecture '" + label + "' (model_type '" + model_type +
-                "'): expected one of " + known_architectures());
+    throw Error("model '" + name + "': unknown architecture '" + models::clip(label) + "' (model_type '" +
+                models::clip(model_type) + "'): expected one of " + known_architectures());
   }
 
   // Multimodal wrappers (Gemma3ForConditionalGeneration) keep the language model in text_config.

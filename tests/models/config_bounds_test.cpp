@@ -137,6 +137,21 @@ TEST(ConfigBounds, OversizeFilesAreRefusedBeforeReading) {
   fs::remove(p);
 }
 
+TEST(ConfigBounds, LongStringValuesAreClippedInMessages) {
+  const std::string long_name(100000, 'x');
+  for (const char* field : {"torch_dtype", "model_type", "layer_types"}) {
+    SCOPED_TRACE(field);
+    auto cfg = llama();
+    if (std::string(field) == "layer_types") cfg[field] = json::array({long_name});
+    else cfg[field] = long_name;
+    if (std::string(field) == "layer_types") cfg["num_hidden_layers"] = 1;
+    if (std::string(field) == "model_type") cfg.erase("architectures");
+    const std::string err = error_message([&] { attn::parse_model_config(cfg.dump(), "m"); });
+    EXPECT_NE(err.find(field), std::string::npos) << err.substr(0, 300);
+    EXPECT_LT(err.size(), 2000u);
+  }
+}
+
 TEST(ConfigBounds, PreviewNeverPrintsMoreThanAShortLine) {
   EXPECT_EQ(attn::models::preview(json::array({1, 2, 3})), "a list of 3 entries");
   EXPECT_EQ(attn::models::preview(json::object({{"a", 1}})), "an object of 1 fields");
