@@ -3,7 +3,10 @@
 # from apt, Python packages from PyPI. Safe to re-run: it installs only what is missing.
 set -euo pipefail
 
-APT_PACKAGES=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev)
+# clang, libclang-rt-14-dev (libFuzzer, ASan and UBSan runtimes) and libomp-dev (clang's OpenMP)
+# build the fuzz harnesses (scripts/fuzz.sh).
+APT_PACKAGES=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+              clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -3,7 +3,8 @@
 #   1. Release build: the whole GoogleTest suite (ctest) and the CLI smoke runs,
 #   2. AddressSanitizer + UBSan build: the whole suite with bounded case counts (ATTN_TEST_QUICK),
 #   3. ThreadSanitizer build: the selector's concurrency tests,
-#   4. the Python module (pip install) and its pytest suite.
+#   4. libFuzzer harnesses (clang, ASan + UBSan): scripts/fuzz.sh, 45 s per harness,
+#   5. the Python module (pip install) and its pytest suite.
 # Long sweeps: ATTN_TEST_LONG=1 scripts/test.sh runs the Backends/ConformanceLong.* sweeps (they skip
 # themselves otherwise) in the Release run.
 set -euo pipefail
@@ -33,6 +34,9 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=threa
 cmake --build build-tsan -j"$JOBS" --target attn_tests
 step "ThreadSanitizer tests"
 ctest --test-dir build-tsan --output-on-failure --no-tests=error -R "Concurrency"
+
+step "Fuzzing (scripts/fuzz.sh, 45 s per harness)"
+scripts/fuzz.sh 45
 
 step "Python module"
 if [[ -f pyproject.toml ]]; then

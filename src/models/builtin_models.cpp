@@ -4,10 +4,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "attn/error.hpp"
 #include "attn/model.hpp"
+#include "models/config_json.hpp"
 
 #ifndef ATTN_MODELS_DIR
 #define ATTN_MODELS_DIR "models"
@@ -23,12 +23,26 @@ fs::path models_dir() {
   return ATTN_MODELS_DIR;
 }
 
+/// The file's text, refusing anything over kMaxConfigBytes before reading it: a config path may
+/// name any file, and reading a huge one whole would exhaust memory before the parser objects.
 std::string read_text(const fs::path& path) {
+  const auto too_big = [&](std::uintmax_t size) {
+    return Error("model config '" + path.string() + "' size " + std::to_string(size) + " bytes invalid: expected at most " +
+                 std::to_string(models::kMaxConfigBytes) + " bytes");
+  };
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > models::kMaxConfigBytes) throw too_big(size);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read model config '" + path.string() + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  // Bounded read as well: the file may grow between the size check and the read.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, std::size_t(in.gcount()));
+    if (text.size() > models::kMaxConfigBytes) throw too_big(text.size());
+  }
+  return text;
 }
 
 }  // namespace

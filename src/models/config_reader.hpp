@@ -3,11 +3,16 @@
 // what was expected, so "missing field" errors point at the exact key to add.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "attn/error.hpp"
+#include "models/config_json.hpp"
 
 namespace attn::models {
 
@@ -33,42 +38,63 @@ class ConfigReader {
 
   double number(const std::string& field) const {
     const auto& v = require(field);
-    if (!v.is_number()) fail(field, v.dump(), "a number");
+    if (!v.is_number()) fail(field, preview(v), "a number");
     return v.get<double>();
   }
   double number_or(const std::string& field, double fallback) const { return has(field) ? number(field) : fallback; }
 
+  /// A double for messages: std::to_string would print 1e300 as 301 digits.
+  static std::string shown(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);
+    return text;
+  }
+
+  /// `x` (computed from `field`) as a float; values a float cannot hold are an error here,
+  /// because converting them is undefined behaviour.
+  float to_float(const std::string& field, double x) const {
+    if (!(std::fabs(x) <= double(std::numeric_limits<float>::max()))) fail(field, shown(x), "a value a float can hold");
+    return float(x);
+  }
+
   bool boolean_or(const std::string& field, bool fallback) const {
     if (!has(field)) return fallback;
     const auto& v = cfg_.at(field);
-    if (!v.is_boolean()) fail(field, v.dump(), "true or false");
+    if (!v.is_boolean()) fail(field, preview(v), "true or false");
     return v.get<bool>();
   }
 
   std::string string_or(const std::string& field, const std::string& fallback) const {
     if (!has(field)) return fallback;
     const auto& v = cfg_.at(field);
-    if (!v.is_string()) fail(field, v.dump(), "a string");
+    if (!v.is_string()) fail(field, preview(v), "a string");
     return v.get<std::string>();
   }
 
-  std::vector<std::string> strings(const std::string& field) const {
-    const auto& v = require(field);
-    if (!v.is_array()) fail(field, v.dump(), "a list of strings");
+  /// A list of at most `max_size` strings (the caller's bound: usually one per layer).
+  std::vector<std::string> strings(const std::string& field, std::size_t max_size) const {
+    const auto& v = list(field, max_size, "a list of strings");
     std::vector<std::string> out;
-    for (const auto& e : v) {
-      if (!e.is_string()) fail(field, v.dump(), "a list of strings");
-      out.push_back(e.get<std::string>());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) fail(field + "[" + std::to_string(i) + "]", preview(v[i]), "a string");
+      out.push_back(v[i].get<std::string>());
     }
     return out;
   }
 
-  std::vector<int> integers(const std::string& field) const {
-    const auto& v = require(field);
-    if (!v.is_array()) fail(field, v.dump(), "a list of integers");
+  /// A list of at most `max_size` integers.
+  std::vector<int> integers(const std::string& field, std::size_t max_size) const {
+    const auto& v = list(field, max_size, "a list of integers");
     std::vector<int> out;
-    for (const auto& e : v) out.push_back(checked_int(field, e));
+    for (std::size_t i = 0; i < v.size(); ++i) out.push_back(checked_int(field + "[" + std::to_string(i) + "]", v[i]));
     return out;
+  }
+
+  /// num_hidden_layers, in 1..kMaxLayers: it sizes every per-layer list, so it is bounded first.
+  int num_layers() const {
+    const int n = integer("num_hidden_layers");
+    if (n < 1 || n > kMaxLayers) fail("num_hidden_layers", std::to_string(n), "1.." + std::to_string(kMaxLayers));
+    return n;
   }
 
   /// head_dim when the config states it, else hidden_size / num_attention_heads (transformers' rule).
@@ -96,12 +122,32 @@ class ConfigReader {
     }
     return cfg_.at(field);
   }
+  const nlohmann::json& list(const std::string& field, std::size_t max_size, const std::string& expected) const {
+    const auto& v = require(field);
+    if (!v.is_array()) fail(field, preview(v), expected);
+    if (v.size() > max_size) fail(field, preview(v), expected + " of at most " + std::to_string(max_size) + " entries");
+    return v;
+  }
+  /// Integers in 0..2^30; 2.0 counts as 2. The range test on the double comes before any
+  /// conversion: casting 1e300 to an integer type is undefined behaviour.
   int checked_int(const std::string& field, const nlohmann::json& v) const {
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())))) {
-      fail(field, v.dump(), "an integer");
+    constexpr int64_t kMax = int64_t(1) << 30;
+    int64_t x = 0;
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > uint64_t(kMax)) fail(field, preview(v), "an integer in 0..2^30");
+      x = int64_t(u);
+    } else if (v.is_number_integer()) {
+      x = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      const double f = v.get<double>();
+      if (!(f >= -1.0 && f <= double(kMax))) fail(field, preview(v), "an integer in 0..2^30");
+      x = int64_t(f);
+      if (double(x) != f) fail(field, preview(v), "an integer");
+    } else {
+      fail(field, preview(v), "an integer");
     }
-    int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-    if (x < 0 || x > (int64_t(1) << 30)) fail(field, v.dump(), "an integer in 0..2^30");
+    if (x < 0 || x > kMax) fail(field, preview(v), "an integer in 0..2^30");
     return int(x);
   }
 

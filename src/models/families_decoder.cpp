@@ -24,14 +24,14 @@ void add_windowed_layers(const ConfigReader& cfg, const LayerConfig& layer, cons
 float query_pre_attn_scale(const ConfigReader& cfg) {
   if (!cfg.has("query_pre_attn_scalar")) return 0.0f;
   double s = cfg.number("query_pre_attn_scalar");
-  if (!(s > 0)) cfg.fail("query_pre_attn_scalar", std::to_string(s), "> 0");
-  return float(1.0 / std::sqrt(s));
+  if (!(s > 0)) cfg.fail("query_pre_attn_scalar", ConfigReader::shown(s), "> 0");
+  return cfg.to_float("query_pre_attn_scalar", 1.0 / std::sqrt(s));
 }
 
 }  // namespace
 
 void parse_dense_decoder(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const LayerConfig layer = gqa_layer(cfg, base);
   const std::string type = cfg.string_or("model_type", "");
   const bool qwen = type.rfind("qwen", 0) == 0 || cfg.architecture().rfind("Qwen", 0) == 0;
@@ -49,9 +49,9 @@ void parse_dense_decoder(const ConfigReader& cfg, const LayerConfig& base, std::
 }
 
 void parse_gemma(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   LayerConfig layer = gqa_layer(cfg, base);
-  layer.logits_soft_cap = float(cfg.number_or("attn_logit_softcapping", 0.0));
+  layer.logits_soft_cap = cfg.to_float("attn_logit_softcapping", cfg.number_or("attn_logit_softcapping", 0.0));
   const bool gemma3 = cfg.architecture().find("Gemma3") != std::string::npos ||
                       cfg.string_or("model_type", "").rfind("gemma3", 0) == 0;
   // Gemma 2: even layers local, odd global. Gemma 3: every sliding_window_pattern-th layer
@@ -63,7 +63,7 @@ void parse_gemma(const ConfigReader& cfg, const LayerConfig& base, std::vector<M
 }
 
 void parse_gpt_oss(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   LayerConfig layer = gqa_layer(cfg, base);
   // Sinks are learned per-head weights in every gpt-oss attention layer; no config field.
   layer.has_sink = true;
@@ -72,7 +72,7 @@ void parse_gpt_oss(const ConfigReader& cfg, const LayerConfig& base, std::vector
 }
 
 void parse_phi3_small(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const LayerConfig dense = gqa_layer(cfg, base);
   LayerConfig sparse = dense;
   sparse.use_block_sparse = true;
@@ -83,7 +83,8 @@ void parse_phi3_small(const ConfigReader& cfg, const LayerConfig& base, std::vec
   // muP attention scales by 1/d instead of 1/sqrt(d) (vLLM phi3_small: head_dim / mup_attn_multiplier).
   float scale = 0.0f;
   if (cfg.boolean_or("mup_use_scaling", false)) {
-    scale = float(cfg.number_or("mup_attn_multiplier", 1.0) / dense.head_size);
+    if (dense.head_size <= 0) cfg.fail("head_dim", std::to_string(dense.head_size), "> 0 (muP scales by 1/head_dim)");
+    scale = cfg.to_float("mup_attn_multiplier", cfg.number_or("mup_attn_multiplier", 1.0) / dense.head_size);
   }
   for (int i = 0; i < n; ++i) {
     bool is_dense = every > 0 && (i + 1) % every == 0;
@@ -92,7 +93,7 @@ void parse_phi3_small(const ConfigReader& cfg, const LayerConfig& base, std::vec
 }
 
 void parse_bert(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   LayerConfig layer = gqa_layer(cfg, base);
   layer.attn_type = AttnType::encoder_only;  // bidirectional, no KV cache across steps
   for (int i = 0; i < n; ++i) out.push_back(attention_layer(i, layer));

@@ -10,15 +10,25 @@ namespace {
 
 double d(int x) { return double(x); }
 
+/// d_inner = expand * hidden_size, formed in 64 bits (two 2^30 fields overflow int) and held to
+/// the same 0..2^30 range as every config integer.
+double inner(const ConfigReader& cfg, int expand, int hidden, const char* expand_field) {
+  const int64_t p = int64_t(expand) * hidden;
+  if (p > (int64_t(1) << 30)) {
+    cfg.fail(expand_field, std::to_string(expand), "expand * hidden_size (" + std::to_string(hidden) + ") <= 2^30");
+  }
+  return double(p);
+}
+
 }  // namespace
 
 void parse_mamba(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const int hidden = cfg.integer("hidden_size");
   const int expand = cfg.integer_or("expand", 2);
   std::map<std::string, double> dims = {
       {"d_model", d(hidden)},
-      {"d_inner", d(cfg.integer_or("intermediate_size", expand * hidden))},
+      {"d_inner", cfg.has("intermediate_size") ? d(cfg.integer("intermediate_size")) : inner(cfg, expand, hidden, "expand")},
       {"d_state", d(cfg.integer("state_size"))},
       {"d_conv", d(cfg.integer("conv_kernel"))},
       {"expand", d(expand)},
@@ -28,12 +38,12 @@ void parse_mamba(const ConfigReader& cfg, const LayerConfig& base, std::vector<M
 }
 
 void parse_mamba2(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const int hidden = cfg.integer("hidden_size");
   const int expand = cfg.integer_or("expand", 2);
   std::map<std::string, double> dims = {
       {"d_model", d(hidden)},
-      {"d_inner", d(expand * hidden)},
+      {"d_inner", inner(cfg, expand, hidden, "expand")},
       {"d_state", d(cfg.integer("state_size"))},
       {"d_conv", d(cfg.integer("conv_kernel"))},
       {"n_groups", d(cfg.integer_or("n_groups", 1))},
@@ -45,7 +55,7 @@ void parse_mamba2(const ConfigReader& cfg, const LayerConfig& base, std::vector<
 }
 
 void parse_jamba(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const int hidden = cfg.integer("hidden_size");
   const int period = cfg.integer("attn_layer_period");
   const int offset = cfg.integer("attn_layer_offset");
@@ -55,7 +65,7 @@ void parse_jamba(const ConfigReader& cfg, const LayerConfig& base, std::vector<M
   const int expand = cfg.integer("mamba_expand");
   std::map<std::string, double> dims = {
       {"d_model", d(hidden)},
-      {"d_inner", d(expand * hidden)},
+      {"d_inner", inner(cfg, expand, hidden, "mamba_expand")},
       {"d_state", d(cfg.integer("mamba_d_state"))},
       {"d_conv", d(cfg.integer("mamba_d_conv"))},
       {"expand", d(expand)},
@@ -68,7 +78,7 @@ void parse_jamba(const ConfigReader& cfg, const LayerConfig& base, std::vector<M
 }
 
 void parse_qwen3_next(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const LayerConfig attn = gqa_layer(cfg, base);
   std::map<std::string, double> dims = {
       {"d_model", d(cfg.integer("hidden_size"))},
@@ -90,7 +100,7 @@ void parse_qwen3_next(const ConfigReader& cfg, const LayerConfig& base, std::vec
 }
 
 void parse_lfm2(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   const LayerConfig attn = gqa_layer(cfg, base);
   std::map<std::string, double> dims = {
       {"d_inner", d(cfg.integer("hidden_size"))},  // the gated conv runs over the hidden size
@@ -101,7 +111,7 @@ void parse_lfm2(const ConfigReader& cfg, const LayerConfig& base, std::vector<Mo
     auto types = layer_types(cfg, n, {"full_attention", "conv"}, nullptr);
     for (int i = 0; i < n; ++i) is_attn[size_t(i)] = types[size_t(i)] == "full_attention";
   } else {
-    for (int i : cfg.integers("full_attn_idxs")) {
+    for (int i : cfg.integers("full_attn_idxs", kMaxLayers)) {
       if (i >= n) cfg.fail("full_attn_idxs", std::to_string(i), "layer indices below num_hidden_layers=" + std::to_string(n));
       is_attn[size_t(i)] = true;
     }

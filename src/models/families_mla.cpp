@@ -8,7 +8,7 @@
 namespace attn::models {
 
 void parse_deepseek(const ConfigReader& cfg, const LayerConfig& base, std::vector<ModelLayer>& out) {
-  const int n = cfg.integer("num_hidden_layers");
+  const int n = cfg.num_layers();
   LayerConfig c = base;
   c.use_mla = true;
   c.num_heads = cfg.integer("num_attention_heads");
@@ -17,7 +17,12 @@ void parse_deepseek(const ConfigReader& cfg, const LayerConfig& base, std::vecto
   c.qk_rope_head_dim = cfg.integer("qk_rope_head_dim");
   c.qk_nope_head_dim = cfg.integer("qk_nope_head_dim");
   c.v_head_dim = cfg.integer("v_head_dim");
-  c.head_size = c.kv_lora_rank + c.qk_rope_head_dim;
+  // Each field is at most 2^30, so the sums are formed in 64 bits and bounded before use.
+  const int64_t latent = int64_t(c.kv_lora_rank) + c.qk_rope_head_dim;
+  if (latent > (int64_t(1) << 30)) cfg.fail("kv_lora_rank", std::to_string(c.kv_lora_rank), "kv_lora_rank + qk_rope_head_dim <= 2^30");
+  const int64_t qk = int64_t(c.qk_nope_head_dim) + c.qk_rope_head_dim;
+  if (qk <= 0) cfg.fail("qk_nope_head_dim", std::to_string(c.qk_nope_head_dim), "qk_nope_head_dim + qk_rope_head_dim > 0");
+  c.head_size = int(latent);
   c.head_size_v = c.kv_lora_rank;
   const bool v32 = cfg.architecture() == "DeepseekV32ForCausalLM" || cfg.string_or("model_type", "") == "deepseek_v32";
   if (v32) {
@@ -26,7 +31,7 @@ void parse_deepseek(const ConfigReader& cfg, const LayerConfig& base, std::vecto
   }
   // Scores are q·k over the un-absorbed qk dims (nope + rope), whatever the latent width.
   // The yarn mscale correction of long-context configs is not applied here.
-  const float scale = float(1.0 / std::sqrt(double(c.qk_nope_head_dim + c.qk_rope_head_dim)));
+  const float scale = float(1.0 / std::sqrt(double(qk)));
   for (int i = 0; i < n; ++i) out.push_back(attention_layer(i, c, scale));
 }
 

@@ -16,7 +16,7 @@ inline std::vector<std::string> layer_types(const ConfigReader& cfg, int num_lay
                                             const std::function<std::string(int)>& rule) {
   std::vector<std::string> types;
   if (cfg.has("layer_types")) {
-    types = cfg.strings("layer_types");
+    types = cfg.strings("layer_types", kMaxLayers);
     if (int(types.size()) != num_layers) {
       cfg.fail("layer_types", std::to_string(types.size()) + " entries",
                "one entry per layer (num_hidden_layers=" + std::to_string(num_layers) + ")");
@@ -27,7 +27,7 @@ inline std::vector<std::string> layer_types(const ConfigReader& cfg, int num_lay
       if (!ok) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        cfg.fail("layer_types[" + std::to_string(i) + "]", "'" + types[i] + "'", "one of " + list);
+        cfg.fail("layer_types[" + std::to_string(i) + "]", "'" + clip(types[i]) + "'", "one of " + list);
       }
     }
     return types;

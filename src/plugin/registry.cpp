@@ -2,8 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "attn/error.hpp"
 #include "core/log.hpp"
@@ -37,6 +41,20 @@ void* open_library(const std::string& path, std::string& why, attn_register_fn& 
   return h;
 }
 
+// Runs a library's attn_register; returns "" on success, else what it threw. Nothing a plugin
+// throws may escape into the caller (the selector, the CLI), whatever its type.
+std::string call_register(attn_register_fn reg, Registry& r) {
+  try {
+    reg(r);
+    return {};
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return what.empty() ? "an exception with no message" : what;
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
 // Where modules live: $ATTN_MODULE_PATH, then the directory holding libattn, then the build dir.
 std::vector<std::string> module_dirs() {
   std::vector<std::string> dirs;
@@ -63,31 +81,70 @@ std::vector<std::string> module_dirs() {
 
 Registry::Registry() = default;
 
+namespace {
+
+// ATTN_PLUGINS runs each plugin's attn_register, and a plugin may itself call
+// Registry::instance(). Loading plugins inside the function-local static's initializer would
+// re-enter that initializer (deadlock or std::terminate), so the registry is built first and
+// the plugins load afterwards, once, under this state.
+enum class PluginLoad { pending, loading, done };
+std::mutex g_plugin_mu;
+std::condition_variable g_plugin_cv;
+PluginLoad g_plugin_state = PluginLoad::pending;
+std::thread::id g_plugin_loader;
+std::atomic<bool> g_plugins_loaded{false};  // lock-free fast path once loading is over
+
+void load_env_plugins(Registry& reg, std::vector<std::string>& errors) {
+  const char* env = std::getenv("ATTN_PLUGINS");
+  if (!env) return;
+  std::string s = env;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t end = s.find(':', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) {
+      const std::string path = s.substr(start, end - start);
+      try {
+        reg.load_plugin(path);
+      } catch (const Error& e) {  // load_plugin turns every other failure into an Error
+        log_warning(std::string("ATTN_PLUGINS: ") + e.what());
+        errors.push_back(e.what());
+      }
+    }
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
 Registry& Registry::instance() {
   static Registry* r = [] {
     auto* reg = new Registry();  // never destroyed: modules may hold references at exit
     register_builtin_backends(*reg);
-    if (const char* env = std::getenv("ATTN_PLUGINS")) {
-      std::string s = env;
-      std::size_t start = 0;
-      while (start <= s.size()) {
-        std::size_t end = s.find(':', start);
-        if (end == std::string::npos) end = s.size();
-        if (end > start) {
-          const std::string path = s.substr(start, end - start);
-          try {
-            reg->load_plugin(path);
-          } catch (const Error& e) {
-            log_warning(std::string("ATTN_PLUGINS: ") + e.what());
-            std::unique_lock lock(reg->mu_);
-            reg->plugin_errors_.push_back(e.what());
-          }
-        }
-        start = end + 1;
-      }
-    }
     return reg;
   }();
+  if (g_plugins_loaded.load(std::memory_order_acquire)) return *r;
+  std::unique_lock lock(g_plugin_mu);
+  if (g_plugin_state == PluginLoad::done) return *r;
+  // A plugin's attn_register calling back in (same thread) gets the registry as it stands.
+  if (g_plugin_state == PluginLoad::loading && g_plugin_loader == std::this_thread::get_id()) return *r;
+  if (g_plugin_state == PluginLoad::loading) {
+    g_plugin_cv.wait(lock, [] { return g_plugin_state == PluginLoad::done; });
+    return *r;
+  }
+  g_plugin_state = PluginLoad::loading;
+  g_plugin_loader = std::this_thread::get_id();
+  lock.unlock();
+  std::vector<std::string> errors;
+  load_env_plugins(*r, errors);
+  {
+    std::unique_lock reg_lock(r->mu_);
+    r->plugin_errors_.insert(r->plugin_errors_.end(), errors.begin(), errors.end());
+  }
+  lock.lock();
+  g_plugin_state = PluginLoad::done;
+  g_plugins_loaded.store(true, std::memory_order_release);
+  g_plugin_cv.notify_all();
   return *r;
 }
 
@@ -154,14 +211,13 @@ bool Registry::ensure_module(const BackendDescriptor& desc, std::string& why) {
       attn_register_fn reg = nullptr;
       void* h = open_library(path, last_why, reg);
       if (!h) continue;
-      try {
-        reg(*this);
+      const std::string threw = call_register(reg, *this);
+      if (threw.empty()) {
         m->ok = true;
         m->handle = h;
         break;
-      } catch (const std::exception& e) {
-        last_why = e.what();
       }
+      last_why = "attn_register threw: " + threw;
     }
     if (!m->ok) m->why = last_why;
     else log_info("loaded module " + desc.module);
@@ -193,7 +249,18 @@ void Registry::load_plugin(const std::string& path) {
   attn_register_fn reg = nullptr;
   void* h = open_library(path, why, reg);
   if (!h) throw Error("plugin '" + path + "' not loaded: " + why);
-  reg(*this);
+  // A plugin that throws halfway leaves no backend behind: what it added is taken out again.
+  // The library stays open, since the rolled-back descriptors' code lives in it.
+  std::vector<std::string> before = names();
+  const std::string threw = call_register(reg, *this);
+  if (!threw.empty()) {
+    {
+      std::unique_lock lock(mu_);
+      std::erase_if(backends_, [&](const auto& b) { return std::find(before.begin(), before.end(), b->name) == before.end(); });
+      ++generation_;
+    }
+    throw Error("plugin '" + path + "' not loaded: attn_register threw: " + threw);
+  }
   log_info("loaded plugin " + path);
 }
 

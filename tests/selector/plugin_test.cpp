@@ -86,6 +86,34 @@ TEST(Plugin, FileThatIsNotALibrary) {
   fs::remove(p);
 }
 
+// --- misbehaving plugins: a reason for that plugin, never a broken program ---
+
+TEST(Plugin, ThrowingAttnRegisterIsAnErrorAndLeavesNoBackend) {
+  const std::string path = ATTN_TEST_PLUGIN_THROWS_PATH;
+  EXPECT_TRUE(throws_error([&] { load_plugin(path); },
+                           {"plugin '" + path + "' not loaded: attn_register threw: fixture failure in attn_register"}));
+  EXPECT_EQ(Registry::instance().find("test_plugin_throws"), nullptr) << "what it added before throwing is rolled back";
+  // The registry still works, and a second try fails the same way instead of "already registered".
+  EXPECT_NE(Registry::instance().find("reference"), nullptr);
+  EXPECT_TRUE(throws_error([&] { load_plugin(path); }, {"attn_register threw: fixture failure"}));
+}
+
+TEST(Plugin, AttnRegisterThrowingANonStdExceptionIsAnError) {
+  const std::string path = ATTN_TEST_PLUGIN_THROWS_INT_PATH;
+  EXPECT_TRUE(throws_error([&] { load_plugin(path); },
+                           {"plugin '" + path + "' not loaded: attn_register threw: an exception that is not a std::exception"}));
+  EXPECT_EQ(Registry::instance().find("test_plugin_throws_int"), nullptr);
+}
+
+TEST(Plugin, AttnRegisterMayCallRegistryInstance) {
+  if (!Registry::instance().find("test_plugin_reentrant")) load_plugin(ATTN_TEST_PLUGIN_REENTRANT_PATH);
+  LayerConfig c = head80();
+  c.head_size = 72;
+  SelectOptions o;
+  o.use_env = false;
+  EXPECT_EQ(select(c, o).backend, "test_plugin_reentrant");
+}
+
 // --- ATTN_PLUGINS, end to end through the CLI in a child process ---
 
 struct ChildResult {
@@ -134,6 +162,28 @@ TEST(Plugin, AttnPluginsEnvWithABadEntryIsReportedNotFatal) {
   ASSERT_TRUE(j.contains("plugin_errors"));
   ASSERT_EQ(j["plugin_errors"].size(), 1u);
   EXPECT_NE(j["plugin_errors"][0].get<std::string>().find("plugin '/nonexistent/libnope.so' not loaded"), std::string::npos);
+}
+
+TEST(Plugin, AttnPluginsEnvWithReentrantAndThrowingPluginsKeepsEveryCommandWorking) {
+  if (cli().empty()) GTEST_SKIP() << "attn CLI not built at " << ATTN_CLI_PATH;
+  // The re-entrant plugin calls Registry::instance() while instance() is loading ATTN_PLUGINS:
+  // before, that re-entered a static initializer (abort); a throwing plugin broke every command.
+  const std::string plugins = std::string(ATTN_TEST_PLUGIN_THROWS_PATH) + ":" + ATTN_TEST_PLUGIN_REENTRANT_PATH + ":" +
+                              ATTN_TEST_PLUGIN_THROWS_INT_PATH + ":" + ATTN_TEST_PLUGIN_PATH;
+  const std::string env = "ATTN_LOG=error ATTN_PLUGINS='" + plugins + "' ";
+  const ChildResult r = run_child(env + "'" + cli() + "' backends --json 2>/dev/null");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NE(find_backend(j, "test_plugin_reentrant"), nullptr) << r.out;
+  EXPECT_NE(find_backend(j, "test_plugin"), nullptr) << "plugins after a throwing one still load";
+  EXPECT_EQ(find_backend(j, "test_plugin_throws"), nullptr);
+  EXPECT_EQ(find_backend(j, "test_plugin_throws_int"), nullptr);
+  ASSERT_TRUE(j.contains("plugin_errors"));
+  ASSERT_EQ(j["plugin_errors"].size(), 2u) << r.out;
+  for (const auto& e : j["plugin_errors"])
+    EXPECT_NE(e.get<std::string>().find("not loaded: attn_register threw: "), std::string::npos) << e;
+  const ChildResult plan = run_child(env + "'" + cli() + "' plan --model llama-3.1-8b 2>&1");
+  EXPECT_EQ(plan.rc, 0) << plan.out;
 }
 
 TEST(Plugin, WithoutAttnPluginsTheFixtureIsAbsent) {

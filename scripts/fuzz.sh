@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (tests/fuzz, clang with ASan + UBSan) in build-fuzz/ and runs
+# each for the given seconds (default 60), starting from its seed corpus. Prints executions per
+# harness; fails on any crash, leak, timeout or sanitizer report (the input is saved as
+# build-fuzz/crashes/<harness>/crash-*: add it to tests/fuzz/regressions/<harness>/).
+#   scripts/fuzz.sh [seconds] [harness ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-60}
+shift || true
+HARNESSES=("$@")
+((${#HARNESSES[@]})) || HARNESSES=(model_config metadata_forward names constructors)
+JOBS=${JOBS:-$(nproc)}
+
+# Backends the harnesses never reach are left out: the fuzz build compiles everything with
+# coverage and two sanitizers, which is slow.
+CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_FUZZ=ON \
+  -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_CLI=OFF -DATTN_WITH_CUDA=OFF \
+  "-DATTN_SKIP_BACKENDS=cuda_flash;cpu_mla;cpu_sparse;cpu_blocksparse" >/dev/null
+targets=()
+for h in "${HARNESSES[@]}"; do targets+=("fuzz_$h"); done
+cmake --build build-fuzz -j"$JOBS" --target "${targets[@]}"
+
+export ATTN_LOG=error
+# Leaks: the registry and its plugins live for the whole process on purpose.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+failed=()
+for h in "${HARNESSES[@]}"; do
+  work=build-fuzz/corpus/$h          # grows as the fuzzer finds new coverage; seeds stay untouched
+  crashes=build-fuzz/crashes/$h
+  mkdir -p "$work" "$crashes"
+  log=build-fuzz/fuzz_$h.log
+  set +e
+  build-fuzz/fuzz/fuzz_$h "$work" "tests/fuzz/corpus/$h" -max_total_time="$SECONDS_EACH" -timeout=10 \
+    -rss_limit_mb=4096 -malloc_limit_mb=512 -max_len=65536 -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
+  if [[ $rc -ne 0 ]]; then
+    echo "fuzz_$h: FAILED after ${execs:-?} executions (exit $rc); input in $crashes/, log $log:"
+    grep -m1 -E 'ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer)|runtime error|uncaught exception|deadly signal' "$log" || tail -5 "$log"
+    failed+=("$h")
+  else
+    echo "fuzz_$h: ok, ${execs:-?} executions in ${SECONDS_EACH}s"
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzzing found crashes in: ${failed[*]}"
+  exit 1
+fi
