@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -24,6 +25,8 @@ BenchCeilings measure_ceilings(int threads, bool quick) {
   c.pool = attn_bench::choose_pool(quick);
   c.threads = threads;
   c.reps = quick ? 3 : 7;
+  double load[1];
+  if (getloadavg(load, 1) == 1) c.load_average = load[0];
   c.read_1t = attn_bench::read_bandwidth(1, c.pool.bytes, c.reps);
   c.read_all = attn_bench::read_bandwidth(threads, c.pool.bytes, c.reps);
   c.fp32_fma = attn_bench::fp32_fma(threads, c.reps);

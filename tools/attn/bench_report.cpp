@@ -37,6 +37,7 @@ nlohmann::ordered_json bench_json(const BenchResults& r) {
   j["ceiling.llc_bytes"] = c.llc.bytes;
   j["ceiling.llc_source"] = c.llc.source;
   j["ceiling.statistic"] = "median of " + std::to_string(c.reps);
+  j["ceiling.load_average"] = c.load_average;
   put_ceiling(j, "dram_read_1thread", "gbs", c.read_1t);
   put_ceiling(j, "dram_read", "gbs", c.read_all);
   put_ceiling(j, "fp32_fma", "gflops", c.fp32_fma);
@@ -75,6 +76,10 @@ void print_bench_table(const BenchResults& r) {
   else
     std::printf(" (< 4x LLC): bandwidth figures are CACHE figures, not DRAM\n");
   std::printf("ceilings (%d threads, median of %d):\n", c.threads, c.reps);
+  // Other processes on the cores lower every figure, the ceilings included.
+  if (c.load_average > c.threads)
+    std::printf("  (load average %.1f on %d threads: other work shared the cores, figures are noisy)\n", c.load_average,
+                c.threads);
   auto line = [](const std::string& what, const attn_bench::Ceiling& x, const char* unit) {
     if (x.value > 0)
       std::printf("  %-22s %10.1f %-8s %s\n", what.c_str(), x.value, unit, x.instruction.c_str());
