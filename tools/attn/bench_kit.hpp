@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "bench_simd.hpp"
 
 namespace attn_bench {
 
@@ -66,14 +67,6 @@ struct Shape {
   bool sinks = false;
 };
 
-/// One call's KV read for one (sequence, kv head, 1024-key split): the unit cpu_flash's plan
-/// hands to a thread in decode. Offsets are in bytes from the cache base.
-struct PagedItem {
-  const int32_t* blocks = nullptr;  // the sequence's block table
-  int32_t begin = 0, end = 0;       // key positions [begin, end)
-  int64_t head_offset = 0;
-};
-
 /// A prepared step for one backend: enough disjoint copies ("instances") of the batch in one
 /// cache that consecutive calls never read the previous call's KV and together span the pool.
 /// Key blocks a call never reads (before a sliding window) all alias one filler block, so the
@@ -90,13 +83,16 @@ class Workload {
   /// Median seconds of a pure read of exactly the KV rows one decode call reads, in the cache's
   /// block order, split per (sequence, kv head, 1024 keys) over the threads (bench_paged.cpp).
   double paged_read_median_seconds(int reps);
+  /// The work items of that read for instance `i`: one per (sequence, kv head, 1024-key split)
+  /// as cpu_flash's plan cuts decode, largest first.
+  std::vector<PagedRows> paged_rows(std::size_t i) const;
   double kv_bytes() const { return kv_bytes_; }        // KV bytes one call must read
   double useful_flops() const { return flops_; }       // 2·(d + dv) per visible (query, key, head)
   int instances() const { return int(md_.size()); }
+  attn::KVCache& cache() { return *cache_; }
   std::string variant() const;
 
  private:
-  std::vector<PagedItem> paged_items(const attn::BatchMetadata& md) const;
   double paged_read_once();
 
   Shape shape_;
@@ -105,7 +101,7 @@ class Workload {
   std::unique_ptr<attn::AttentionImpl> impl_;
   std::unique_ptr<attn::KVCache> cache_;
   std::vector<attn::BatchMetadata> md_;
-  std::vector<std::vector<PagedItem>> items_;  // per instance, built on first use
+  std::vector<std::vector<PagedRows>> items_;  // per instance, built on first use
   attn::Buffer q_, out_;
   std::size_t next_ = 0;
   double kv_bytes_ = 0, flops_ = 0;
