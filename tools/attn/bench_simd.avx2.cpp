@@ -50,10 +50,7 @@ uint64_t paged_sum(const PagedRows& r) {
   for (auto& x : a) x = _mm256_setzero_si256();
   uint64_t tail = 0;
   walk_paged_rows(
-      r, [&](const std::byte* k, const std::byte* v) { add_row(a, tail, k, r.k_bytes), add_row(a + 4, tail, v, r.v_bytes); },
-      [](const std::byte* p, int32_t bytes) {
-        for (int32_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-      });
+      r, [&](const std::byte* k, const std::byte* v) { add_row(a, tail, k, r.k_bytes), add_row(a + 4, tail, v, r.v_bytes); });
   return reduce(a) + tail;
 }
 

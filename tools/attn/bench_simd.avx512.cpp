@@ -44,10 +44,7 @@ uint64_t paged_sum(const PagedRows& r) {
   __m512i a[8];
   for (auto& x : a) x = _mm512_setzero_si512();
   walk_paged_rows(
-      r, [&](const std::byte* k, const std::byte* v) { add_row(a, k, r.k_bytes), add_row(a + 4, v, r.v_bytes); },
-      [](const std::byte* p, int32_t bytes) {
-        for (int32_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-      });
+      r, [&](const std::byte* k, const std::byte* v) { add_row(a, k, r.k_bytes), add_row(a + 4, v, r.v_bytes); });
   for (int j = 1; j < 8; ++j) a[0] = _mm512_add_epi32(a[0], a[j]);
   return lanes_sum(a[0]);
 }

@@ -36,8 +36,7 @@ void add_row(uint64_t* a, const std::byte* p, int32_t bytes) {
 uint64_t paged_sum(const PagedRows& r) {
   uint64_t a[8] = {};
   walk_paged_rows(
-      r, [&](const std::byte* k, const std::byte* v) { add_row(a, k, r.k_bytes), add_row(a + 4, v, r.v_bytes); },
-      [](const std::byte*, int32_t) {});
+      r, [&](const std::byte* k, const std::byte* v) { add_row(a, k, r.k_bytes), add_row(a + 4, v, r.v_bytes); });
   uint64_t s = 0;
   for (uint64_t x : a) s += x;
   return s;

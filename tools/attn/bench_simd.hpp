@@ -21,7 +21,7 @@ struct SimdKernels {
   const char* read_instruction;
   /// Integer sum of `bytes` (a multiple of 512) from 64-byte aligned `p`: a pure read.
   uint64_t (*read_sum)(const void* p, std::size_t bytes);
-  /// Integer sum of every K and V row of the item, prefetching the next block's rows.
+  /// Integer sum of every K and V row of the item.
   uint64_t (*paged_sum)(const PagedRows& rows);
   const char* fma_instruction;
   /// `iters` rounds over the FMA chains; returns the flop done (0: no such unit).
