@@ -46,22 +46,24 @@ def _sysfs_size(text: str) -> int:
     return int(text[:-1]) * units[text[-1].upper()] if text and text[-1].upper() in units else int(text or 0)
 
 
+def _sysfs_field(index: str, name: str) -> str:
+    with open(os.path.join(index, name)) as f:
+        return f.read().strip()
+
+
 def last_level_cache_bytes() -> int:
     """Total last-level cache: every CPU's deepest data cache, each shared instance counted once
     (by its shared_cpu_list), as `attn bench` reads it; 0 when unknown."""
     best_level, instances = 0, {}
     for index in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cache/index[0-9]*"):
         try:
-            def read(name):
-                with open(os.path.join(index, name)) as f:
-                    return f.read().strip()
-            if read("type") == "Instruction":
+            if _sysfs_field(index, "type") == "Instruction":
                 continue
-            level, size = int(read("level")), _sysfs_size(read("size"))
+            level, size = int(_sysfs_field(index, "level")), _sysfs_size(_sysfs_field(index, "size"))
             if level > best_level:
                 best_level, instances = level, {}
             if level == best_level and size:
-                instances[read("shared_cpu_list")] = size
+                instances[_sysfs_field(index, "shared_cpu_list")] = size
         except (OSError, ValueError):
             continue
     if instances:

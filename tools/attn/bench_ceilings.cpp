@@ -17,24 +17,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/// Median GFLOP/s of `reps` all-thread runs of `kernel(iters)` (flop per thread), after a
-/// warm-up run that also brings the cores out of their low-power states.
+/// Median GFLOP/s of `reps` all-thread runs of `kernel(iters)` (flop per thread); the warm-up
+/// run also brings the cores out of their low-power states.
 template <class K>
 double median_gflops(int threads, int reps, long iters, K kernel) {
-  std::vector<double> g;
-  for (int rep = -1; rep < reps; ++rep) {
+  return median_after_warmup(reps, [&] {
     double flop = 0;
     const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : flop)
     flop += kernel(iters);
-    if (rep >= 0) g.push_back(flop / since(t0) / 1e9);
-  }
-  return median(std::move(g));
+    return flop / since(t0) / 1e9;
+  });
 }
 
 }  // namespace
@@ -49,20 +42,20 @@ Ceiling read_bandwidth(int threads, std::size_t bytes, int reps) {
     std::byte* p = buf + per * std::size_t(omp_get_thread_num());
     std::fill(p, p + per, std::byte{1});
   }
-  std::vector<double> gbs;
   volatile uint64_t sink = 0;
   // Each rep streams the whole buffer (≥ 4× the LLC for a DRAM pool): what the previous rep
   // left in cache is its tail, never what this rep reads first.
-  for (int rep = -1; rep < reps; ++rep) {
+  const double gbs = median_after_warmup(reps, [&] {
     uint64_t total = 0;
     const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     total += k.read_sum(buf + per * std::size_t(omp_get_thread_num()), per);
-    if (rep >= 0) gbs.push_back(double(per) * threads / since(t0) / 1e9);
+    const double rate = double(per) * threads / since(t0) / 1e9;
     sink = sink + total;
-  }
+    return rate;
+  });
   std::free(buf);
-  return {median(std::move(gbs)), k.read_instruction};
+  return {gbs, k.read_instruction};
 }
 
 Ceiling fp32_fma(int threads, int reps) {
