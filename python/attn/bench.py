@@ -4,13 +4,18 @@
 
 Decode steps (one new token per sequence) are memory-bound: the figure is achieved bandwidth,
 KV-cache bytes read ÷ time, per backend and shape, with this machine's measured read bandwidth
-(NumPy dot products on all cores, over an array far larger than the caches) drawn as the ceiling.
-The prefill shape is compute-bound, so it is reported in time only.
+(NumPy dot products on all cores) drawn as the ceiling. Both read data rotated over a pool of at
+least 4× the last-level cache (the rule `attn bench` uses), so they are DRAM figures: the calls
+of one case rotate over enough copies of the batch that none re-reads what the previous call
+left in cache. `--quick` uses a smaller pool and labels its figures as cache figures. The
+prefill shape is compute-bound, so it is reported in time only. Times are medians.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import math
 import os
 import statistics
 import time
@@ -31,50 +36,106 @@ def _numpy_dtype(name: str):
     return DTYPES[name]
 
 
-def measure_read_bandwidth(megabytes: int = 1024, threads: int | None = None, repeats: int = 5) -> float:
-    """GB/s of a plain streaming read on all cores (the ceiling a memory-bound kernel can reach)."""
+MIB = 1 << 20
+
+
+def _sysfs_size(text: str) -> int:
+    """sysfs cache sizes read "32768K" / "260M"."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip()
+    return int(text[:-1]) * units[text[-1].upper()] if text and text[-1].upper() in units else int(text or 0)
+
+
+def _sysfs_field(index: str, name: str) -> str:
+    with open(os.path.join(index, name)) as f:
+        return f.read().strip()
+
+
+def last_level_cache_bytes() -> int:
+    """Total last-level cache: every CPU's deepest data cache, each shared instance counted once
+    (by its shared_cpu_list), as `attn bench` reads it; 0 when unknown."""
+    best_level, instances = 0, {}
+    for index in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if _sysfs_field(index, "type") == "Instruction":
+                continue
+            level, size = int(_sysfs_field(index, "level")), _sysfs_size(_sysfs_field(index, "size"))
+            if level > best_level:
+                best_level, instances = level, {}
+            if level == best_level and size:
+                instances[_sysfs_field(index, "shared_cpu_list")] = size
+        except (OSError, ValueError):
+            continue
+    if instances:
+        return sum(instances.values())
+    try:
+        return max(0, os.sysconf("SC_LEVEL3_CACHE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def choose_pool(quick: bool) -> tuple[int, str]:
+    """(bytes, label): 4× the LLC (1 GiB if unknown) for a full run, at most 64 MiB for --quick;
+    "dram" only when the pool really is ≥ 4× a known LLC, else "cache"."""
+    llc = last_level_cache_bytes()
+    full = 4 * llc if llc else 1024 * MIB
+    pool = min(full, 64 * MIB) if quick else max(full, 64 * MIB)
+    return pool, "dram" if llc and pool >= 4 * llc else "cache"
+
+
+def measure_read_bandwidth(pool_bytes: int, threads: int | None = None, repeats: int = 7) -> float:
+    """Median GB/s of a streaming read of a `pool_bytes` array on all cores (each pass reads the
+    whole pool, so with a DRAM pool nothing a pass reads first is still cached)."""
     threads = threads or os.cpu_count() or 1
-    a = np.ones(megabytes * (1 << 20) // 4, dtype=np.float32)
+    a = np.ones(pool_bytes // 4, dtype=np.float32)
     parts = np.array_split(a, threads)
-    best = 0.0
+    rates = []
     with ThreadPoolExecutor(threads) as pool:  # NumPy releases the GIL in dot / reductions
+        list(pool.map(lambda x: np.dot(x, x), parts))  # warm-up: threads started, pages mapped
         for _ in range(repeats):
             t0 = time.perf_counter()
             list(pool.map(lambda x: np.dot(x, x), parts))  # a SIMD read with nothing to write
-            best = max(best, a.nbytes / (time.perf_counter() - t0) / 1e9)
-    return best
+            rates.append(a.nbytes / (time.perf_counter() - t0) / 1e9)
+    return statistics.median(rates)
 
 
 def _median_seconds(fn, min_time: float, max_runs: int) -> float:
-    fn()  # warm-up: first-touch of the output, thread pool start
+    """fn(i) runs call i; the first call is a warm-up (output first-touch, thread pool start)."""
+    fn(0)
     times = []
     start = time.perf_counter()
     while len(times) < max_runs and (len(times) < 3 or time.perf_counter() - start < min_time):
         t0 = time.perf_counter()
-        fn()
+        fn(len(times) + 1)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
 def run_case(cfg: attn.LayerConfig, backend: str, batch: int, context: int, query: int, rng, min_time: float,
-             max_runs: int) -> dict:
-    """One (backend, shape): a cache holding `context` tokens per sequence plus `query` new ones."""
+             max_runs: int, pool_bytes: int) -> dict:
+    """One (backend, shape): `context` tokens per sequence plus `query` new ones, in as many
+    disjoint copies of the batch as fill `pool_bytes` (at least two), called in rotation."""
     layer = attn.Attention(cfg, backend)
     bs = layer.block_size
     per_seq = -(-(context + query) // bs)
-    cache = layer.make_cache(batch * per_seq)
+    probe = layer.make_cache(1)
+    itemsize = np.dtype(probe.numpy().dtype).itemsize
+    del probe
+    block_bytes = bs * cfg.num_kv_heads * (cfg.head_size + cfg.effective_head_size_v) * itemsize
+    instances = max(2, math.ceil(pool_bytes / (block_bytes * per_seq * batch)))
+    cache = layer.make_cache(instances * batch * per_seq)
     cache.fill(0.5)  # the contents do not change the speed (no NaN / denormals); every page touched
-    ids = rng.permutation(batch * per_seq).reshape(batch, per_seq).tolist()
-    md = attn.BatchMetadata(context_lens=[context] * batch, query_lens=[query] * batch, block_ids=ids, cache=cache)
+    ids = rng.permutation(instances * batch * per_seq).reshape(instances, batch, per_seq).tolist()
+    mds = [attn.BatchMetadata(context_lens=[context] * batch, query_lens=[query] * batch, block_ids=i, cache=cache)
+           for i in ids]  # random block order, as after a long serving run
     dt = _numpy_dtype(cfg.dtype)
-    q = rng.standard_normal((md.num_tokens, cfg.num_heads, cfg.head_size)).astype(np.float32).astype(dt)
-    out = np.empty((md.num_tokens, cfg.num_heads, cfg.effective_head_size_v), dtype=dt)
-    seconds = _median_seconds(lambda: layer.forward(q, cache, md, out=out), min_time, max_runs)
+    q = rng.standard_normal((mds[0].num_tokens, cfg.num_heads, cfg.head_size)).astype(np.float32).astype(dt)
+    out = np.empty((mds[0].num_tokens, cfg.num_heads, cfg.effective_head_size_v), dtype=dt)
+    seconds = _median_seconds(lambda i: layer.forward(q, cache, mds[i % instances], out=out), min_time, max_runs)
     seq_len = context + query
-    kv_bytes = batch * seq_len * cfg.num_kv_heads * (cfg.head_size + cfg.effective_head_size_v) * \
-        np.dtype(cache.numpy().dtype).itemsize
+    kv_bytes = batch * seq_len * cfg.num_kv_heads * (cfg.head_size + cfg.effective_head_size_v) * itemsize
     return {"backend": backend, "variant": layer.variant, "batch": batch, "context": context, "query": query,
-            "ms": seconds * 1e3, "kv_bytes": int(kv_bytes), "gbps": kv_bytes / seconds / 1e9}
+            "ms": seconds * 1e3, "kv_bytes": int(kv_bytes), "gbps": kv_bytes / seconds / 1e9, "instances": instances}
 
 
 def run(quick: bool = False, dtype: str = "bfloat16", backends: list | None = None, min_time: float = 0.3) -> dict:
@@ -84,20 +145,24 @@ def run(quick: bool = False, dtype: str = "bfloat16", backends: list | None = No
     decode = [(1, 2048), (8, 1024), (8, 4096)] if quick else [(1, 4096), (8, 1024), (8, 4096), (32, 2048)]
     prefill = (1, 0, 512)
     rng = np.random.default_rng(0)
+    pool_bytes, pool_label = choose_pool(quick)
+    print(f"last-level cache {last_level_cache_bytes() / MIB:.0f} MiB; pool {pool_bytes / MIB:.0f} MiB: "
+          f"{'DRAM' if pool_label == 'dram' else 'CACHE (not DRAM)'} figures", flush=True)
     results = []
     for backend in chosen:
         for batch, context in decode:
-            r = run_case(cfg, backend, batch, context, 1, rng, min_time, 3 if quick else 10)
+            r = run_case(cfg, backend, batch, context, 1, rng, min_time, 3 if quick else 10, pool_bytes)
             results.append(dict(r, kind="decode"))
             print(f"{backend:>12} decode B={batch:<3} L={context:<5} {r['ms']:9.3f} ms  {r['gbps']:7.2f} GB/s", flush=True)
-        r = run_case(cfg, backend, prefill[0], prefill[1], prefill[2], rng, min_time, 3 if quick else 5)
+        r = run_case(cfg, backend, prefill[0], prefill[1], prefill[2], rng, min_time, 3 if quick else 5, pool_bytes)
         results.append(dict(r, kind="prefill"))
         print(f"{backend:>12} prefill B=1   T={prefill[2]:<5} {r['ms']:9.3f} ms", flush=True)
-    ceiling = measure_read_bandwidth(256 if quick else 1024)
-    print(f"read-bandwidth ceiling ({os.cpu_count()} threads): {ceiling:.1f} GB/s")
+    ceiling = measure_read_bandwidth(pool_bytes, repeats=3 if quick else 7)
+    print(f"read-bandwidth ceiling ({os.cpu_count()} threads, median): {ceiling:.1f} GB/s ({pool_label})")
     # Other processes on the cores skew every figure: the load is recorded with them.
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return {"config": cfg.to_dict(), "platform": repr(attn.platform()), "ceiling_gbps": ceiling,
+            "pool": pool_label, "pool_bytes": pool_bytes, "llc_bytes": last_level_cache_bytes(),
             "load_average": load, "results": results}
 
 
@@ -120,12 +185,13 @@ def plot(data: dict, path: str) -> None:
         variant = next((r["variant"] for r in decode if r["backend"] == b and r["variant"]), "")
         bars = ax.bar(xs, ys, width, label=f"{b} [{variant}]" if variant else b)
         ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    memory = "DRAM" if data.get("pool") == "dram" else "cache"
     ax.axhline(data["ceiling_gbps"], color="black", linestyle="--",
-               label=f"measured read ceiling {data['ceiling_gbps']:.0f} GB/s")
+               label=f"measured {memory} read ceiling {data['ceiling_gbps']:.0f} GB/s (median)")
     ax.set_xticks([j + width * (len(backends) - 1) / 2 for j in range(len(shapes))])
     ax.set_xticklabels([f"B={bt} L={c}" for bt, c in shapes])
     ax.set_yscale("log")
-    ax.set_ylabel("KV bytes read / time (GB/s, log)")
+    ax.set_ylabel(f"KV bytes read / time (GB/s, log; {memory} figures)")
     cfg = data["config"]
     ax.set_title(f"decode, {cfg['num_heads']}/{cfg['num_kv_heads']} heads × {cfg['head_size']}, {cfg['dtype']}")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
@@ -135,8 +201,9 @@ def plot(data: dict, path: str) -> None:
     ax2.set_yscale("log")
     ax2.set_ylabel("time (ms, log)")
     ax2.set_title(f"prefill, {prefill[0]['query'] if prefill else 0} tokens")
-    fig.suptitle(f"{data['platform']}; load average {data.get('load_average', float('nan')):.1f} during the run",
-                 fontsize=8)
+    fig.suptitle(f"{data['platform']}; data rotated over {data.get('pool_bytes', 0) / MIB:.0f} MiB "
+                 f"(LLC {data.get('llc_bytes', 0) / MIB:.0f} MiB); load average "
+                 f"{data.get('load_average', float('nan')):.1f} during the run", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,5 +1,5 @@
 #pragma once
-/// `attn bench`: backends side by side on the shapes, as ratios against the machine's
+/// `attn bench`: cpu_flash on Llama-3.1-8B and gpt-oss-20b shapes, as ratios against the machine's
 /// measured ceilings and against `reference`. Implemented in bench.cpp.
 #include <string>
 

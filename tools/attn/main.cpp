@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   cmd_check->add_flag("--json", check.json, "print JSON");
 
   attn_cli::BenchOptions bench;
-  auto* cmd_bench = app.add_subcommand("bench", "backends side by side on the issue's shapes");
+  auto* cmd_bench = app.add_subcommand("bench", "cpu_flash on Llama-3.1-8B decode/prefill and gpt-oss-20b sliding-window shapes, against this machine's measured ceilings");
   cmd_bench->add_flag("--json", bench.json, "print JSON figures");
   cmd_bench->add_option("--filter", bench.filter,
                         "only shapes / figures whose name contains this (mla, mixer: those figure sets)");

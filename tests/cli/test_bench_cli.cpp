@@ -1,0 +1,114 @@
+// `attn bench` as a user runs it: the pool label, the ceilings with their instructions, the
+// per-shape ratios and their keys, the CSV path check and the help text.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct BenchRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ostringstream s;
+  s << std::ifstream(p).rdbuf();
+  return s.str();
+}
+
+/// `attn bench <args>` with stdout and stderr each sent to a file in a fresh directory.
+BenchRun bench(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / ("attn_bench_cli_" + std::to_string(std::rand()));
+  fs::create_directories(dir);
+  const std::string cmd = "ATTN_LOG=error '" + std::string(ATTN_CLI_PATH) + "' bench " + args + " >'" +
+                          (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
+  const int status = std::system(cmd.c_str());
+  BenchRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+  fs::remove_all(dir);
+  return r;
+}
+
+TEST(BenchCli, CsvToADirectoryIsAnErrorNamingThePath) {
+  const fs::path dir = fs::temp_directory_path() / "attn_bench_csv_dir";
+  fs::create_directories(dir);
+  const BenchRun r = bench("--quick --filter no_such_shape --csv '" + dir.string() + "'");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find(dir.string()), std::string::npos) << r.err;
+  const BenchRun missing = bench("--quick --filter no_such_shape --csv /no/such/dir/figures.csv");
+  EXPECT_NE(missing.rc, 0);
+  EXPECT_NE(missing.err.find("/no/such/dir/figures.csv"), std::string::npos) << missing.err;
+}
+
+TEST(BenchCli, HelpDescribesTheShapes) {
+  const BenchRun r = bench("--help");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("Llama-3.1-8B"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpt-oss-20b"), std::string::npos) << r.out;
+  std::string lower = r.out;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  EXPECT_EQ(lower.find("issue"), std::string::npos) << r.out;
+  EXPECT_EQ(lower.find("ticket"), std::string::npos) << r.out;
+}
+
+TEST(BenchCli, TableNamesThePoolAndEachCeilingsInstruction) {
+  const BenchRun r = bench("--quick --filter no_such_shape");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("LLC "), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("are DRAM figures") != std::string::npos || r.out.find("are CACHE figures") != std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("read, 1 thread"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp32 FMA"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("AMX bf16"), std::string::npos) << r.out;
+}
+
+TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
+  const fs::path csv = fs::temp_directory_path() / "attn_bench_cli_figures.csv";
+  const BenchRun r = bench("--quick --filter llama8b --json --csv '" + csv.string() + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  // The label follows the rule: DRAM only when the rotation spans 4x a known LLC.
+  const double pool = j["ceiling.pool_bytes"].get<double>(), llc = j["ceiling.llc_bytes"].get<double>();
+  EXPECT_EQ(j["ceiling.pool"], llc > 0 && pool >= 4 * llc ? "dram" : "cache") << j.dump();
+  const double dram = j["ceiling.dram_read_gbs"].get<double>();
+  EXPECT_GT(dram, 0.0);
+  EXPECT_GT(j["ceiling.dram_read_1thread_gbs"].get<double>(), 0.0);
+  for (const char* c : {"dram_read_1thread", "dram_read", "fp32_fma", "bf16_dot", "amx_bf16"})
+    EXPECT_FALSE(j[std::string("ceiling.") + c + "_instruction"].get<std::string>().empty()) << c;
+  const double peak = std::max(j["ceiling.fp32_fma_gflops"].get<double>(), j["ceiling.bf16_dot_gflops"].get<double>());
+  EXPECT_DOUBLE_EQ(j["ceiling.matmul_peak_gflops"].get<double>(), peak);
+
+  const std::string bf16 = "llama8b_decode_b1_ctx4096_bf16", fp8 = "llama8b_decode_b1_ctx4096_fp8";
+  for (const std::string& s : {bf16, fp8}) {
+    SCOPED_TRACE(s);
+    EXPECT_EQ(j[s + ".pool"], j["ceiling.pool"]);
+    EXPECT_GE(j[s + ".instances"].get<int>(), 2);  // a call never re-reads the previous call's KV
+    EXPECT_NEAR(j[s + ".fraction_of_dram"].get<double>(), j[s + ".kv_gbs"].get<double>() / dram, 1e-9);
+    EXPECT_NEAR(j[s + ".fraction_of_paged_read"].get<double>(),
+                j[s + ".kv_gbs"].get<double>() / j[s + ".paged_read_gbs"].get<double>(), 1e-9);
+  }
+  EXPECT_NEAR(j["fp8_vs_bf16.llama8b_decode_b1_ctx4096"].get<double>(),
+              j[fp8 + ".ms"].get<double>() / j[bf16 + ".ms"].get<double>(), 1e-9);
+  const std::string prefill = "llama8b_prefill_512_bf16";
+  if (peak > 0) {
+    EXPECT_NEAR(j[prefill + ".fraction_of_matmul_peak"].get<double>(), j[prefill + ".gflops"].get<double>() / peak, 1e-9);
+  }
+
+  const std::string table = slurp(csv);
+  fs::remove(csv);
+  EXPECT_EQ(table.rfind("name,value\n", 0), 0u) << table;
+  EXPECT_NE(table.find("ceiling.pool,"), std::string::npos) << table;
+  EXPECT_NE(table.find(bf16 + ".fraction_of_paged_read,"), std::string::npos) << table;
+}
+
+}  // namespace
