@@ -101,6 +101,7 @@ void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
   std::vector<int> split_tiles;
   for (size_t ti = 0; ti < tiles.size(); ++ti)
     if (first_part[ti] >= 0) split_tiles.push_back(int(ti));
+  if (split_tiles.empty()) return;  // no second fork/join when nothing was split
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (size_t si = 0; si < split_tiles.size(); ++si) {
     const int ti = split_tiles[si];

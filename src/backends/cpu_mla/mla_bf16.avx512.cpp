@@ -145,7 +145,7 @@ void attend(const AttendArgs& a) {
   const uint16_t* krow[kKeys];
   const uint16_t* vrow[kKeys];
   const char* next[kKeys];
-  const int entry_bytes = W * int(dtype_size(dt));
+  const int row_lines = (W * int(dtype_size(dt)) + 63) / 64;
   const __m512 smul = _mm512_set1_ps(q_mul * a.kv_scale), ninf = _mm512_set1_ps(-INFINITY);
 
   for (int c0 = 0; c0 < max_limit; c0 += kKeys) {
@@ -170,12 +170,13 @@ void attend(const AttendArgs& a) {
       }
     }
     for (int j = n; j < nk; ++j) krow[j] = zero;
-    const int c1 = c0 + kKeys, n1 = std::min(kKeys, max_limit - c1);
-    for (int j = 0; j < nk; ++j)
-      next[j] = j < n1 ? reinterpret_cast<const char*>(entry_ptr(*a.kv, a.slots[c1 + j], a.k_offset))
-                       : reinterpret_cast<const char*>(zero);
+    const int c1 = c0 + kKeys, n1 = std::max(0, std::min(kKeys, max_limit - c1));
+    for (int j = 0; j < n1; ++j) next[j] = reinterpret_cast<const char*>(entry_ptr(*a.kv, a.slots[c1 + j], a.k_offset));
+    Prefetch pf{next, n1, row_lines};
+    const int lines = n1 * row_lines, iters = score_iterations(HB, nk, P) + pv_iterations(HB, R, n / 2);
+    pf.every = pf.countdown = std::max(1, iters / std::max(1, lines));
     pack_v_pairs(vrow, n, R, vp);
-    score_chunk(qp, need_lo ? ql : nullptr, HB, P, krow, nk, sbuf, n1 > 0 ? next : nullptr, entry_bytes);
+    score_chunk(qp, need_lo ? ql : nullptr, HB, P, krow, nk, sbuf, pf);
 
     for (int hb = 0; hb < HB; ++hb) {
       npairs[hb] = -1;
@@ -232,7 +233,7 @@ void attend(const AttendArgs& a) {
       }
       int end = hb + 1;
       while (end < HB && npairs[end] == npairs[hb]) ++end;
-      pv_chunk(oacc, alpha, HB, hb, end, R, pp, pl, vp, npairs[hb]);
+      pv_chunk(oacc, alpha, HB, hb, end, R, pp, pl, vp, npairs[hb], pf);
       hb = end;
     }
     for (int hb = 0; hb < HB; ++hb) {

@@ -5,6 +5,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu_mla/mla_bf16.hpp"
@@ -21,12 +22,10 @@ inline __m512bh bcast_pair(const void* p) {
 inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
 // NH head blocks × NT keys. The key pointers stay fixed while one offset walks the pairs, so
-// the loop needs NT + 2 address registers. `next` (nullable): the next chunk's entries for these
-// key slots, prefetched one line per key every 16 pairs, so their DRAM reads overlap this
-// chunk's products instead of stalling the next chunk's first touch.
+// the loop needs NT + 2 address registers: NT = 8 keeps them all in registers (16 spilled six).
 template <int NH, int NT, bool LO>
 void score_tile(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int hb, int pairs, const uint16_t* const* keys,
-                float* sbuf, const char* const* next, int next_bytes) {
+                float* sbuf, Prefetch& pf) {
   __m512 acc[NT][NH];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < NH; ++h) acc[t][h] = _mm512_setzero_ps();
@@ -36,8 +35,7 @@ void score_tile(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int hb
   const uint32_t* q = qp + size_t(hb) * kLanes;
   const uint32_t* ql = LO ? qlo + size_t(hb) * kLanes : nullptr;
   for (int p = 0; p < pairs; ++p) {
-    if (next && p % 16 == 0 && p * 4 < next_bytes)
-      for (int t = 0; t < NT; ++t) _mm_prefetch(next[t] + p * 4, _MM_HINT_T0);
+    pf.tick();
     __m512bh qv[NH], qlv[NH];
     for (int h = 0; h < NH; ++h) {
       qv[h] = load_pairs(q + h * kLanes);
@@ -60,25 +58,25 @@ void score_tile(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int hb
 
 template <bool LO>
 void score_chunk_impl(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
-                      int num_keys, float* sbuf, const char* const* next, int next_bytes) {
+                      int num_keys, float* sbuf, Prefetch& pf) {
   // Pairs of head blocks × 8 keys when there are two (q loads 2, broadcasts 8 per 16 products);
-  // a lone head block (16 heads, the DeepSeek TP-8 case) takes 16 keys against one q vector.
-  // The first pass over the keys prefetches the next chunk.
+  // a lone head block (16 heads, the DeepSeek TP-8 case) takes 8 keys against one q vector:
+  // 8 chains still cover vdpbf16ps's latency.
   int hb = 0;
   for (; hb + 2 <= head_blocks; hb += 2)
-    for (int t = 0; t < num_keys; t += 8)
-      score_tile<2, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes,
-                           hb == 0 && next ? next + t : nullptr, next_bytes);
+    for (int t = 0; t < num_keys; t += 8) {
+            score_tile<2, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes, pf);
+    }
   for (; hb < head_blocks; ++hb)
-    for (int t = 0; t < num_keys; t += 16)
-      score_tile<1, 16, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes,
-                            hb == 0 && next ? next + t : nullptr, next_bytes);
+    for (int t = 0; t < num_keys; t += 8) {
+            score_tile<1, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes, pf);
+    }
 }
 
 // NC columns × NH head blocks of Oᵀ, scaled by the blocks' alpha on the way in.
 template <int NC, int NH, bool LO>
 void pv_tile(float* oacc, const float* alpha, int head_blocks, int hb, int c0, const uint32_t* pp, const uint32_t* plo,
-             const uint32_t* vp, int cols, int num_pairs) {
+             const uint32_t* vp, int cols, int num_pairs, Prefetch& pf) {
   __m512 acc[NC][NH];
   __m512 al[NH];
   for (int h = 0; h < NH; ++h) al[h] = _mm512_loadu_ps(alpha + size_t(hb + h) * kLanes);
@@ -90,6 +88,7 @@ void pv_tile(float* oacc, const float* alpha, int head_blocks, int hb, int c0, c
   const uint32_t* pl = LO ? plo + size_t(hb) * kLanes : nullptr;
   const uint32_t* v = vp + c0;
   for (int i = 0; i < num_pairs; ++i) {
+    pf.tick();
     __m512bh pv[NH], plv[NH];
     for (int h = 0; h < NH; ++h) {
       pv[h] = load_pairs(p + h * kLanes);
@@ -113,30 +112,45 @@ void pv_tile(float* oacc, const float* alpha, int head_blocks, int hb, int c0, c
 
 template <bool LO>
 void pv_chunk_impl(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
-                   const uint32_t* plo, const uint32_t* vp, int num_pairs) {
+                   const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
   // Four head blocks × 4 columns (4 + 4 loads per 16 products) where there are four; fewer
   // blocks take more columns so 16 accumulators stay live.
   int hb = hb0;
   for (; hb + 4 <= hb1; hb += 4)
-    for (int c = 0; c < cols; c += 4) pv_tile<4, 4, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs);
+    for (int c = 0; c < cols; c += 4) {
+            pv_tile<4, 4, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
+    }
   for (; hb + 2 <= hb1; hb += 2)
-    for (int c = 0; c < cols; c += 8) pv_tile<8, 2, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs);
+    for (int c = 0; c < cols; c += 8) {
+            pv_tile<8, 2, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
+    }
   for (; hb < hb1; ++hb)
-    for (int c = 0; c < cols; c += 16) pv_tile<16, 1, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs);
+    for (int c = 0; c < cols; c += 16) {
+            pv_tile<16, 1, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
+    }
 }
 
 }  // namespace
 
 void score_chunk(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
-                 int num_keys, float* sbuf, const char* const* next, int next_bytes) {
-  if (qlo) score_chunk_impl<true>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, next, next_bytes);
-  else score_chunk_impl<false>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, next, next_bytes);
+                 int num_keys, float* sbuf, Prefetch& pf) {
+  if (qlo) score_chunk_impl<true>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, pf);
+  else score_chunk_impl<false>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, pf);
+}
+
+int score_iterations(int head_blocks, int num_keys, int pairs) {
+  return (head_blocks / 2 + head_blocks % 2) * (num_keys / 8) * pairs;
 }
 
 void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
-              const uint32_t* plo, const uint32_t* vp, int num_pairs) {
-  if (plo) pv_chunk_impl<true>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs);
-  else pv_chunk_impl<false>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs);
+              const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
+  if (plo) pv_chunk_impl<true>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs, pf);
+  else pv_chunk_impl<false>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs, pf);
+}
+
+int pv_iterations(int head_blocks, int cols, int num_pairs) {
+  const int fours = head_blocks / 4, twos = head_blocks % 4 / 2, ones = head_blocks % 2;
+  return (fours * (cols / 4) + twos * (cols / 8) + ones * (cols / 16)) * num_pairs;
 }
 
 }  // namespace attn::mla::bf16dot
