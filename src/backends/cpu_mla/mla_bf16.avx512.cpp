@@ -46,29 +46,67 @@ inline const uint8_t* entry_ptr(const PagedKV& kv, int64_t slot, int64_t offset)
          (block * kv.block_stride + off * kv.token_stride + offset) * int64_t(dtype_size(kv.dtype));
 }
 
-/// q rows (fp32, times 1/inv_mul recovers the caller's values) → [pair][head block][lane] bf16
-/// pairs, hi and lo residue; returns whether any lo is needed.
+inline __m512 widen_lo(__m512i bf16x32) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(bf16x32)), 16));
+}
+inline __m512 widen_hi(__m512i bf16x32) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(bf16x32, 1)), 16));
+}
+
+/// q rows (fp32; times inv_mul recovers the caller's values) → [pair][head block][lane] bf16
+/// pairs, hi and lo residue; returns whether any lo is needed. 32 consecutive values of a row are
+/// 16 pairs in memory order, so a 16 × 16 transpose of 32-bit pairs turns rows into lanes.
 bool pack_q(const float* q, int rows, int width, float inv_mul, int head_blocks, uint32_t* hi, uint32_t* lo) {
+  const __m512 vinv = _mm512_set1_ps(inv_mul), tiny = _mm512_set1_ps(0x1p-20f);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const int pairs = width / 2, GR = head_blocks * kLanes;
   bool need_lo = false;
-  const int pairs = width / 2;
-  for (int r = 0; r < head_blocks * kLanes; ++r) {
-    const size_t col = size_t(r / kLanes) * kLanes + r % kLanes;
-    for (int p = 0; p < pairs; ++p) {
-      uint32_t h = 0, l = 0;
-      if (r < rows) {
-        const float u0 = q[size_t(r) * width + 2 * p] * inv_mul, u1 = q[size_t(r) * width + 2 * p + 1] * inv_mul;
-        const uint16_t h0 = f32_to_bf16(u0), h1 = f32_to_bf16(u1);
-        const float e0 = u0 - bf16_to_f32(h0), e1 = u1 - bf16_to_f32(h1);
+  for (int hb = 0; hb < head_blocks; ++hb) {
+    for (int p0 = 0; p0 < pairs; p0 += 16) {
+      const int nd = std::min(32, width - 2 * p0);
+      const __mmask16 m0 = nd >= 16 ? __mmask16(0xffff) : __mmask16((1u << nd) - 1);
+      const __mmask16 m1 = nd >= 32 ? __mmask16(0xffff) : nd > 16 ? __mmask16((1u << (nd - 16)) - 1) : __mmask16(0);
+      __m512i h[16], l[16];
+      for (int r = 0; r < kLanes; ++r) {
+        const int row = hb * kLanes + r;
+        if (row >= rows) {
+          h[r] = l[r] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* src = q + size_t(row) * width + 2 * p0;
+        const __m512 u0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, src), vinv);
+        const __m512 u1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, src + 16), vinv);
+        h[r] = (__m512i)_mm512_cvtne2ps_pbh(u1, u0);
+        const __m512 e0 = _mm512_sub_ps(u0, widen_lo(h[r])), e1 = _mm512_sub_ps(u1, widen_hi(h[r]));
         // The residue of q · mul / mul (~2^-24 |u|) does not count: bf16 I/O needs no lo part.
-        need_lo |= std::fabs(e0) > std::fabs(u0) * 0x1p-20f || std::fabs(e1) > std::fabs(u1) * 0x1p-20f;
-        h = h0 | uint32_t(h1) << 16;
-        l = f32_to_bf16(e0) | uint32_t(f32_to_bf16(e1)) << 16;
+        need_lo |= _mm512_cmp_ps_mask(_mm512_and_ps(e0, abs_mask), _mm512_mul_ps(_mm512_and_ps(u0, abs_mask), tiny), _CMP_GT_OQ) != 0;
+        need_lo |= _mm512_cmp_ps_mask(_mm512_and_ps(e1, abs_mask), _mm512_mul_ps(_mm512_and_ps(u1, abs_mask), tiny), _CMP_GT_OQ) != 0;
+        l[r] = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
       }
-      hi[size_t(p) * head_blocks * kLanes + col] = h;
-      lo[size_t(p) * head_blocks * kLanes + col] = l;
+      simd::transpose16(h);
+      simd::transpose16(l);
+      for (int i = 0; i < 16 && p0 + i < pairs; ++i) {
+        _mm512_storeu_si512(hi + size_t(p0 + i) * GR + hb * kLanes, h[i]);
+        _mm512_storeu_si512(lo + size_t(p0 + i) * GR + hb * kLanes, l[i]);
+      }
     }
   }
   return need_lo;
+}
+
+/// Oᵀ [cols][GR] → acc rows [rows][cols] times `mul`, 16 × 16 blocks at a time.
+void unpack_acc(const float* oacc, int rows, int cols, int head_blocks, float mul, float* acc) {
+  const __m512 vm = _mm512_set1_ps(mul);
+  const int GR = head_blocks * kLanes;
+  for (int hb = 0; hb < head_blocks; ++hb) {
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+      __m512i v[16];
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(oacc + size_t(c0 + i) * GR + hb * kLanes);
+      simd::transpose16(v);
+      for (int r = 0; r < kLanes && hb * kLanes + r < rows; ++r)
+        _mm512_storeu_ps(acc + size_t(hb * kLanes + r) * cols + c0, _mm512_mul_ps(_mm512_castsi512_ps(v[r]), vm));
+    }
+  }
 }
 
 inline __m512 bf16_round(__m512 x) {
@@ -123,6 +161,7 @@ void attend(const AttendArgs& a) {
   }
   float* oacc = sized(sc.oacc, size_t(R) * GR);
   const float inv_v = 1.0f / v_scale;
+  bool fresh = true;  // nothing accumulated yet (l = 0): acc is 0 by contract, no transpose in
   for (int r = 0; r < GR; ++r) {
     const bool real = r < a.rows;
     // Padding lanes (q = 0) count as seeing every key of their block, so they never make a block
@@ -130,7 +169,13 @@ void attend(const AttendArgs& a) {
     lim[r] = real ? std::clamp(a.row_limit[r], 0, a.num_keys) : hi[r / kLanes];
     m[r] = real ? a.m[r] : -INFINITY;
     l[r] = real ? a.l[r] : 0.0f;
-    for (int c = 0; c < R; ++c) oacc[size_t(c) * GR + r] = real ? a.acc[size_t(r) * R + c] * inv_v : 0.0f;
+    fresh &= l[r] == 0.0f;
+  }
+  if (fresh) {
+    std::fill(oacc, oacc + size_t(R) * GR, 0.0f);
+  } else {
+    for (int r = 0; r < GR; ++r)
+      for (int c = 0; c < R; ++c) oacc[size_t(c) * GR + r] = r < a.rows ? a.acc[size_t(r) * R + c] * inv_v : 0.0f;
   }
 
   const int kmax = std::max(W, R);
@@ -255,8 +300,8 @@ void attend(const AttendArgs& a) {
   for (int r = 0; r < a.rows; ++r) {
     a.m[r] = m[r];
     a.l[r] = l[r];
-    for (int c = 0; c < R; ++c) a.acc[size_t(r) * R + c] = oacc[size_t(c) * GR + r] * v_scale;
   }
+  unpack_acc(oacc, a.rows, R, HB, v_scale, a.acc);
 }
 
 }  // namespace bf16dot

@@ -69,31 +69,6 @@ inline const uint8_t* entry_ptr(const PagedKV& kv, int64_t slot) {
   return static_cast<const uint8_t*>(kv.base) + (block * kv.block_stride + off * kv.token_stride) * int64_t(dtype_size(kv.dtype));
 }
 
-// In-place transpose of a 16 × 16 matrix of 32-bit elements held in 16 registers.
-ATTN_AMX_TARGET inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8) {
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-
 /// Two cache entries (keys 2i, 2i+1; null = a zero row past the chunk's end) → their bf16 rows
 /// of `wp` values in the key buffer (zero padded) and row i of the V pair tiles, which holds
 /// (V[2i][c], V[2i+1][c]) for every latent column c. One pass: the cache bytes are read once.
@@ -177,8 +152,8 @@ ATTN_AMX_TARGET bool pack_q(const float* q, int rows, int width, float inv_mul, 
         lo[r] = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
       }
       // Lane i of row r is the pair (q[r][2i], q[r][2i+1]); the tile wants row i, lane r.
-      transpose16(hi);
-      transpose16(lo);
+      simd::transpose16(hi);
+      simd::transpose16(lo);
       uint16_t* th = qp + (size_t(g) * 2 * kd_blocks + kd) * kTile;
       uint16_t* tl = qp + ((size_t(g) * 2 + 1) * kd_blocks + kd) * kTile;
       for (int i = 0; i < 16; ++i) {
@@ -318,7 +293,7 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
         // Lane r: the bf16 pair (p[2i][r], p[2i+1][r]); transposed below into P rows.
         pairs[i] = _mm512_permutexvar_epi16(mix, (__m512i)_mm512_cvtne2ps_pbh(p2[1], p2[0]));
       }
-      transpose16(pairs);
+      simd::transpose16(pairs);
       for (int r = 0; r < kRows; ++r) _mm512_store_si512(pbuf + r * kKeys, pairs[r]);
       _mm512_store_ps(l + g * kRows, _mm512_fmadd_ps(_mm512_load_ps(l + g * kRows), al, sum));
       _mm512_store_ps(m + g * kRows, mx);
