@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "backends/cpu_mla/mla_forward.hpp"
@@ -54,6 +55,31 @@ void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
   std::vector<float> parts(parts_size);
   const AttendFn attend = best_attend();
 
+  // The last split of a tile to finish merges it (log-sum-exp), so a split call still forks and
+  // joins once: on a loaded machine each extra join waits for a descheduled thread.
+  std::vector<std::atomic<int>> pending(tiles.size());
+  for (size_t ti = 0; ti < tiles.size(); ++ti) pending[ti].store(num_splits[ti], std::memory_order_relaxed);
+  auto merge = [&](int ti) {
+    const int rows = tiles[ti].rows;
+    thread_local std::vector<float> merged;
+    merged.resize(R);
+    for (int r = 0; r < rows; ++r) {
+      float M = -INFINITY;
+      for (int p = 0; p < num_splits[ti]; ++p) M = std::max(M, parts[part_offset[first_part[ti] + p] + r]);
+      float L = 0.0f;
+      std::fill(merged.begin(), merged.end(), 0.0f);
+      for (int p = 0; p < num_splits[ti] && M != -INFINITY; ++p) {
+        const float* base = parts.data() + part_offset[first_part[ti] + p];
+        if (base[r] == -INFINITY) continue;
+        const float w = std::exp2(base[r] - M);
+        L += base[rows + r] * w;
+        const float* acc = base + 2 * rows + size_t(r) * R;
+        for (int d = 0; d < R; ++d) merged[d] += acc[d] * w;
+      }
+      write_row(run.out_row(tiles[ti].out_index, r), run.out_dtype, merged.data(), R, L > 0 ? 1.0f / L : 0.0f);
+    }
+  };
+
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& task = tasks[i];
@@ -95,34 +121,11 @@ void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
       // A fully masked row (no visible key) is 0, never NaN.
       for (int r = 0; r < rows; ++r)
         write_row(run.out_row(tile.out_index, r), run.out_dtype, acc + size_t(r) * R, R, l[r] > 0 ? 1.0f / l[r] : 0.0f);
+    } else if (pending[task.tile].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      merge(task.tile);
     }
   }
 
-  std::vector<int> split_tiles;
-  for (size_t ti = 0; ti < tiles.size(); ++ti)
-    if (first_part[ti] >= 0) split_tiles.push_back(int(ti));
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (size_t si = 0; si < split_tiles.size(); ++si) {
-    const int ti = split_tiles[si];
-    const int rows = tiles[ti].rows;
-    thread_local std::vector<float> merged;
-    merged.resize(R);
-    for (int r = 0; r < rows; ++r) {
-      float M = -INFINITY;
-      for (int p = 0; p < num_splits[ti]; ++p) M = std::max(M, parts[part_offset[first_part[ti] + p] + r]);
-      float L = 0.0f;
-      std::fill(merged.begin(), merged.end(), 0.0f);
-      for (int p = 0; p < num_splits[ti] && M != -INFINITY; ++p) {
-        const float* base = parts.data() + part_offset[first_part[ti] + p];
-        if (base[r] == -INFINITY) continue;
-        const float w = std::exp2(base[r] - M);
-        L += base[rows + r] * w;
-        const float* acc = base + 2 * rows + size_t(r) * R;
-        for (int d = 0; d < R; ++d) merged[d] += acc[d] * w;
-      }
-      write_row(run.out_row(tiles[ti].out_index, r), run.out_dtype, merged.data(), R, L > 0 ? 1.0f / L : 0.0f);
-    }
-  }
 }
 
 }  // namespace attn::mla

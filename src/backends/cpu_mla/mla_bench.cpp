@@ -1,17 +1,20 @@
 // Benchmark workloads for cpu_mla / cpu_sparse / cpu_blocksparse (see attn/mla_bench.hpp).
-// Caches are filled with random values directly and several disjoint instances of each batch
-// are cycled, so a timed call reads memory the previous call did not leave in the cache.
+// Caches are filled with random values directly and disjoint instances of each batch, together
+// at least 4× the last-level cache, are cycled, so a timed call reads memory the previous calls
+// did not leave in the cache.
 #include "attn/mla_bench.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <numeric>
 #include <random>
 
 #include "attn/attn.hpp"
 #include "attn/sparse.hpp"
+#include "backends/cpu_mla/mla_kernel.hpp"
 #include "backends/cpu_sparse/blocksparse_forward.hpp"
 
 namespace attn {
@@ -19,12 +22,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// Last-level cache size from sysfs ("32768K"); 32 MiB when the VM does not say.
+size_t llc_bytes() {
+  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  size_t n = 0;
+  std::string unit;
+  if (f >> n) {
+    f >> unit;
+    if (unit == "K") n <<= 10;
+    else if (unit == "M") n <<= 20;
+    if (n > 0) return n;
+  }
+  return size_t(32) << 20;
+}
+
 struct Step {
   LayerConfig cfg;
   std::string backend;
   int batch = 1, context = 0, query_len = 1, block_size = 64, topk = 0;
   int threads = 0;
-  size_t pool_bytes = size_t(1) << 29;
+  size_t pool_bytes = 4 * llc_bytes();  // rotated over: at least 2 instances, >= this many bytes
 };
 
 class Bench {
@@ -41,7 +58,7 @@ class Bench {
     const KVCacheSpec probe = desc->cache_spec(st.cfg, 1, st.block_size);
     const size_t block_bytes = size_t(st.block_size) * probe.num_kv_heads * (probe.head_size + (probe.layout == KVLayout::MLA ? 0 : probe.v_width())) * dtype_size(probe.dtype);
     const size_t instance_bytes = block_bytes * blocks_per_seq * st.batch;
-    instances_ = int(std::max<size_t>(1, std::min<size_t>(16, st.pool_bytes / instance_bytes)));
+    instances_ = int(std::clamp<size_t>((st.pool_bytes + instance_bytes - 1) / instance_bytes, 2, 64));
     cache_ = std::make_unique<KVCache>(desc->cache_spec(st.cfg, blocks_per_seq * st.batch * instances_, st.block_size));
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -91,6 +108,7 @@ class Bench {
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   }
+  std::string variant() const { return impl_->variant(); }
 
  private:
   Step st_;
@@ -129,20 +147,40 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
   std::vector<BenchFigure> f;
   const int reps = quick ? 3 : 7;
 
-  // MLA decode (DeepSeek-V2-Lite heads): latent bytes read ÷ time vs DRAM.
-  Step dec;
-  dec.cfg = deepseek(16);
-  dec.backend = "cpu_mla";
-  dec.batch = quick ? 4 : 8;
-  dec.context = quick ? 4096 : 8192;
-  dec.threads = threads;
-  dec.pool_bytes = quick ? size_t(256) << 20 : size_t(1) << 30;
-  const double dec_ms = Bench(dec).median_ms(reps);
-  const double latent_bytes = double(dec.batch) * dec.context * 576 * 2;
-  const double gbs = latent_bytes / (dec_ms * 1e-3) / 1e9;
-  f.push_back({"mla_decode.ms", dec_ms, "ms", shape_note(dec)});
-  f.push_back({"mla_decode.gbs", gbs, "GB/s", "latent cache bytes read / time"});
-  if (dram_gbps > 0) f.push_back({"mla_decode.fraction_of_dram", gbs / dram_gbps, "fraction", "target >= 0.70"});
+  // MLA decode, DeepSeek heads per rank (16: TP 8, 128: one rank): latent bytes read ÷ time vs
+  // DRAM, and vs the roofline min(DRAM, product peak / intensity), intensity = 2176·H / 1152
+  // flop per latent byte (576 + 512 multiply-adds per token and head over 576 bf16 values).
+  for (int heads : {16, 128}) {
+    Step dec;
+    dec.cfg = deepseek(heads);
+    dec.backend = "cpu_mla";
+    dec.batch = quick ? 4 : 8;
+    dec.context = quick ? 4096 : 8192;
+    dec.threads = threads;
+    Bench bench(dec);
+    const int used = threads > 0 ? threads : omp_get_max_threads();
+    const mla::MlaIsa isa = mla::chosen_isa(detect_cpu());
+    // Ceiling samples around the timed calls, so both see the same machine load.
+    const double peak0 = mla::product_peak_gflops(isa, used, 3);
+    const double dec_ms = bench.median_ms(heads > 16 ? std::max(3, reps - 2) : reps);
+    const double peak1 = mla::product_peak_gflops(isa, used, 3);
+    const double peak = std::max(peak0, peak1);
+    const double latent_bytes = double(dec.batch) * dec.context * 576 * 2;
+    const double gbs = latent_bytes / (dec_ms * 1e-3) / 1e9;
+    const double intensity = 2176.0 * heads / 1152.0;
+    const std::string key = heads == 16 ? "mla_decode" : "mla_decode_h" + std::to_string(heads);
+    f.push_back({key + ".ms", dec_ms, "ms", shape_note(dec) + " kernel " + bench.variant()});
+    f.push_back({key + ".gbs", gbs, "GB/s", "latent cache bytes read / time"});
+    if (dram_gbps > 0) f.push_back({key + ".fraction_of_dram", gbs / dram_gbps, "fraction", "target >= 0.70"});
+    if (peak > 0) {
+      f.push_back({key + ".product_gflops", peak, "GFLOP/s",
+                   std::string(isa == mla::MlaIsa::avx512_bf16 ? "vdpbf16ps" : "fp32 FMA") + " peak, this run"});
+      const double roof = dram_gbps > 0 ? std::min(dram_gbps, peak / intensity) : peak / intensity;
+      f.push_back({key + ".fraction_of_roofline", gbs / roof, "fraction",
+                   "roofline " + std::to_string(roof).substr(0, 5) + " GB/s = min(DRAM, peak / " +
+                       std::to_string(intensity).substr(0, 5) + " flop/byte)"});
+    }
+  }
 
   // Sparse decode (DeepSeek-V3.2: 128 heads, top-2048) vs dense decode at the same context.
   Step sp;
@@ -154,7 +192,6 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
   sp.context = quick ? 16384 : 32768;
   sp.topk = 2048;
   sp.threads = threads;
-  sp.pool_bytes = size_t(256) << 20;
   Step dn = sp;
   dn.cfg.use_sparse = false;
   dn.cfg.index_topk = 0;
@@ -180,7 +217,6 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
   bs.query_len = quick ? 4096 : 8192;
   bs.block_size = 16;
   bs.threads = threads;
-  bs.pool_bytes = size_t(64) << 20;
   Step bd = bs;
   bd.cfg.bs_local_blocks = 1 << 20;  // every block kept: the same kernel, dense
   const double bs_ms = Bench(bs).median_ms(quick ? 1 : 3), bd_ms = Bench(bd).median_ms(quick ? 1 : 3);

@@ -57,7 +57,9 @@ std::vector<float> scaled_q(const TensorView& q, int heads, int width, float sca
   std::vector<float> qf(size_t(T) * heads * width);
   const float qmul = scale * float(M_LOG2E);  // the kernel works in base 2
   const size_t esz = dtype_size(q.dtype);
-#pragma omp parallel for num_threads(threads) schedule(static)
+  // A decode step's q is a few hundred KiB at most: forking threads for it costs more than it
+  // saves (and on a loaded machine every fork/join waits for a descheduled thread).
+#pragma omp parallel for num_threads(threads) schedule(static) if (size_t(T) * heads * width >= (size_t(1) << 20))
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < heads; ++h) {
       const auto* row = static_cast<const uint8_t*>(q.data) + (t * q.strides[0] + h * q.strides[1]) * esz;

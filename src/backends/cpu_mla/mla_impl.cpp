@@ -15,9 +15,11 @@ float mla_scale(const LayerParams& p) {
 std::string mla_variant_name(const LayerConfig& c) {
   std::string name;
   best_attend(&name);
-  // The AMX kernel serves bf16 / fp8 latent caches; it hands other caches to the avx512 one.
-  if (name == "amx" && !(amx_handles_storage(kv_storage_dtype(c.kv_cache_dtype, c.dtype)) && c.kv_lora_rank % 32 == 0))
+  // The AMX and bf16-dot kernels serve bf16 / fp8 latent caches; they hand others to the avx512 one.
+  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  if (name == "amx" && !(amx_handles_storage(storage) && c.kv_lora_rank % 32 == 0))
     name = "avx512";
+  if (name == "avx512bf16" && !bf16_handles_storage(storage, c.kv_lora_rank)) name = "avx512";
   return name;
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
+#include "backends/cpu_mla/mla_avx512_math.hpp"
 
 #define ATTN_AMX_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
@@ -66,47 +67,6 @@ struct Fp8Tables {
 inline const uint8_t* entry_ptr(const PagedKV& kv, int64_t slot) {
   const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
   return static_cast<const uint8_t*>(kv.base) + (block * kv.block_stride + off * kv.token_stride) * int64_t(dtype_size(kv.dtype));
-}
-
-// 2^x for x <= 0 (or -inf lanes, which are masked by the caller): 2^round(x) · poly(frac).
-ATTN_AMX_TARGET inline __m512 exp2_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);  // [-0.5, 0.5]
-  __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
-// In-place transpose of a 16 × 16 matrix of 32-bit elements held in 16 registers.
-ATTN_AMX_TARGET inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8) {
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-  }
 }
 
 /// Two cache entries (keys 2i, 2i+1; null = a zero row past the chunk's end) → their bf16 rows
@@ -192,8 +152,8 @@ ATTN_AMX_TARGET bool pack_q(const float* q, int rows, int width, float inv_mul, 
         lo[r] = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
       }
       // Lane i of row r is the pair (q[r][2i], q[r][2i+1]); the tile wants row i, lane r.
-      transpose16(hi);
-      transpose16(lo);
+      simd::transpose16(hi);
+      simd::transpose16(lo);
       uint16_t* th = qp + (size_t(g) * 2 * kd_blocks + kd) * kTile;
       uint16_t* tl = qp + ((size_t(g) * 2 + 1) * kd_blocks + kd) * kTile;
       for (int i = 0; i < 16; ++i) {
@@ -311,7 +271,7 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
         mx = _mm512_max_ps(mx, s);
       }
       const __mmask16 had = _mm512_cmp_ps_mask(m_old, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-      const __m512 al = _mm512_maskz_mov_ps(had, exp2_ps(_mm512_sub_ps(m_old, mx)));
+      const __m512 al = _mm512_maskz_mov_ps(had, simd::exp2_ps(_mm512_sub_ps(m_old, mx)));
       const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
       __m512 sum = _mm512_setzero_ps();
       __m512i pairs[16];
@@ -326,14 +286,14 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
           if (t < n) {
             const __m512 s = _mm512_load_ps(sbuf + t * kRows);
             const __mmask16 ok = live & _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-            p2[e] = _mm512_maskz_mov_ps(ok, exp2_ps(_mm512_sub_ps(s, mx)));
+            p2[e] = _mm512_maskz_mov_ps(ok, simd::exp2_ps(_mm512_sub_ps(s, mx)));
             sum = _mm512_add_ps(sum, p2[e]);
           }
         }
         // Lane r: the bf16 pair (p[2i][r], p[2i+1][r]); transposed below into P rows.
         pairs[i] = _mm512_permutexvar_epi16(mix, (__m512i)_mm512_cvtne2ps_pbh(p2[1], p2[0]));
       }
-      transpose16(pairs);
+      simd::transpose16(pairs);
       for (int r = 0; r < kRows; ++r) _mm512_store_si512(pbuf + r * kKeys, pairs[r]);
       _mm512_store_ps(l + g * kRows, _mm512_fmadd_ps(_mm512_load_ps(l + g * kRows), al, sum));
       _mm512_store_ps(m + g * kRows, mx);

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "attn/error.hpp"
 #include "backends/cpu_mla/attend_tiles.hpp"
@@ -89,6 +90,7 @@ void forward(const Shape& shape, const Pattern& pattern, const TensorView& q, co
   run.kv = &kv;
   run.width = D;
   run.rank = Dv;
+  run.q_mul = shape.scale * float(M_LOG2E);  // as scaled_q applied it: bf16 q stays exact for the dot kernels
   run.num_threads = threads;
   run.out_dtype = out.dtype;
   const size_t osz = dtype_size(out.dtype);

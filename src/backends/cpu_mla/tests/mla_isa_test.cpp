@@ -1,4 +1,5 @@
-// cpu_mla / cpu_sparse under every attend kernel this CPU runs (ATTN_MLA_ISA=amx|avx512|generic):
+// cpu_mla / cpu_sparse under every attend kernel this CPU runs
+// (ATTN_MLA_ISA=amx|avx512bf16|avx512|generic):
 // the same fp64 oracles, the variant naming the kernel that ran, and the AMX kernel's edges
 // (partial 16-row groups, causal limits inside a 32-key chunk, hi/lo-split f32 q, fp8 caches).
 #include <gtest/gtest.h>
@@ -36,6 +37,7 @@ std::vector<mla::MlaIsa> isas_here() {
     return mla::chosen_isa(detect_cpu());
   }();
   if (best >= mla::MlaIsa::avx512) v.push_back(mla::MlaIsa::avx512);
+  if (best >= mla::MlaIsa::avx512_bf16) v.push_back(mla::MlaIsa::avx512_bf16);
   if (best >= mla::MlaIsa::amx) v.push_back(mla::MlaIsa::amx);
   return v;
 }
@@ -74,8 +76,9 @@ TEST(CpuMlaIsa, EveryKernelMatchesTheOracle) {
         for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
           const MlaCaseSpec spec = base(backend, io, kv, seed);
           const DType storage = kv_storage_dtype(kv, io);
-          // AMX serves bf16 / fp8 caches; a float32 or float16 cache runs the avx512 kernel.
-          const mla::MlaIsa ran = isa == mla::MlaIsa::amx && !mla::amx_handles_storage(storage) ? mla::MlaIsa::avx512 : isa;
+          // AMX and bf16-dot serve bf16 / fp8 caches; a float32 or float16 cache runs the avx512 kernel.
+          const bool dot_kernel = isa == mla::MlaIsa::amx || isa == mla::MlaIsa::avx512_bf16;
+          const mla::MlaIsa ran = dot_kernel && !mla::amx_handles_storage(storage) ? mla::MlaIsa::avx512 : isa;
           expect_matches(spec, std::string(to_string(ran)));
         }
       }
@@ -120,6 +123,7 @@ TEST(CpuMlaIsa, UnknownIsaIsAnErrorAndRequestsAreCappedByThePlatform) {
   }
   IsaEnv env("amx");
   EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512")), "avx512");
+  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512bf16");
   EXPECT_EQ(mla::variant_for(parse_platform("cpu:generic")), "portable");
   // Block-sparse rows carry separate K and V: never the AMX kernel.
   EXPECT_NE(mla::variant_for(detect_cpu(), /*latent=*/false), "amx");

@@ -1,0 +1,61 @@
+#pragma once
+// The AVX512-BF16 attend kernel (vdpbf16ps, the fastest matmul instruction of a CPU without AMX),
+// split by phase: pack (q, cache entries → bf16 pair layouts), tiles (the two register-blocked
+// products), and the driver (chunk loop, online softmax, state in/out) in mla_bf16.avx512.cpp.
+//
+// Heads are the SIMD lanes of both products: 16 query rows per vector, so the online softmax is
+// lane-wise (no horizontal max/sum per row) and a masked key is a lane mask, never 0 · NaN.
+//   Sᵀ[key][row]  = Σ_p  q[row](2p, 2p+1) · k[key](2p, 2p+1)   B = one 32-bit bf16 pair of the
+//                                                                key entry, broadcast from the
+//                                                                cache itself (no repack of K)
+//   Oᵀ[col][row] += Σ_i  P[row](2i, 2i+1) · V(2i, 2i+1)[col]  B = the chunk's V rows interleaved
+//                                                                by key pairs (packed once, read
+//                                                                by every head block)
+#include <cstdint>
+
+namespace attn::mla::bf16dot {
+
+constexpr int kLanes = 16;  // query rows per vector
+constexpr int kKeys = 64;   // keys per chunk: 64 × 1152 B of bf16 latent (plus its V pairs) in L2
+
+/// The next chunk's cache lines, prefetched one at a time every `every` inner iterations of
+/// both products of this chunk: its DRAM reads then overlap the products at a rate memory can
+/// serve, instead of stalling the next chunk's first touch (or, issued in bursts, stalling on
+/// full miss buffers).
+struct Prefetch {
+  const char* const* rows = nullptr;  // entry addresses, in key order
+  int num_rows = 0, row_lines = 0;    // lines of 64 bytes per entry
+  int every = 1 << 30;                // inner iterations between two prefetches
+  int row = 0, line = 0, countdown = 1 << 30;
+  void tick() {
+    if (--countdown > 0) return;
+    countdown = every;
+    if (row >= num_rows) return;
+    __builtin_prefetch(rows[row] + 64 * line);
+    if (++line == row_lines) line = 0, ++row;
+  }
+};
+
+/// Scores of one chunk: sbuf[key][hb][16] = Σ over `pairs` of qp[p][hb][lane] · k[key] pair p,
+/// for every head block and `keys` keys (a multiple of 16; missing keys point at a zero row).
+/// qlo (nullable): the residue of q below bf16, added as a second product.
+void score_chunk(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
+                 int num_keys, float* sbuf, Prefetch& pf);
+/// Inner iterations score_chunk runs (for spreading the prefetches).
+int score_iterations(int head_blocks, int num_keys, int pairs);
+
+/// Oᵀ[col][hb] = Oᵀ · alpha[hb] + Σ_i pp[i][hb] · vp[i][col] over `num_pairs` key pairs, for
+/// head blocks [hb0, hb1) (cols: multiple of 16). plo (nullable): the residue of P below bf16.
+void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
+              const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf);
+/// Inner iterations pv_chunk runs over head blocks [0, head_blocks).
+int pv_iterations(int head_blocks, int cols, int num_pairs);
+
+/// Rows of `n` entries (bf16, `cols` values each; null = zero) interleaved by pairs of keys:
+/// vp[i][c] = (v[2i][c], v[2i+1][c]) for i < ceil(n / 2).
+void pack_v_pairs(const uint16_t* const* rows, int n, int cols, uint32_t* vp);
+
+/// fp8 (e4m3 or e5m2) → bf16, exactly (3 or 2 mantissa bits fit in bf16's 7).
+void fp8_to_bf16(const uint8_t* src, bool e5m2, int n, uint16_t* dst);
+
+}  // namespace attn::mla::bf16dot

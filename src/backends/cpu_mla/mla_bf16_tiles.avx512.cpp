@@ -1,0 +1,157 @@
+// The two register-blocked products of the AVX512-BF16 attend kernel (see mla_bf16.hpp).
+// Each micro-tile keeps 16 fp32 accumulators live, more than vdpbf16ps's latency × throughput,
+// and issues about one load per product: a q (or P) vector shared by the tile's keys (columns)
+// and one broadcast bf16 pair per key (column).
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu_mla/mla_bf16.hpp"
+
+namespace attn::mla::bf16dot {
+namespace {
+
+inline __m512bh bcast_pair(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return (__m512bh)_mm512_set1_epi32(int(v));
+}
+
+inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+// NH head blocks × NT keys. The key pointers stay fixed while one offset walks the pairs, so
+// the loop needs NT + 2 address registers: NT = 8 keeps them all in registers (16 spilled six).
+template <int NH, int NT, bool LO>
+void score_tile(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int hb, int pairs, const uint16_t* const* keys,
+                float* sbuf, Prefetch& pf) {
+  __m512 acc[NT][NH];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < NH; ++h) acc[t][h] = _mm512_setzero_ps();
+  const uint16_t* k[NT];
+  for (int t = 0; t < NT; ++t) k[t] = keys[t];
+  const size_t qstride = size_t(head_blocks) * kLanes;
+  const uint32_t* q = qp + size_t(hb) * kLanes;
+  const uint32_t* ql = LO ? qlo + size_t(hb) * kLanes : nullptr;
+  for (int p = 0; p < pairs; ++p) {
+    pf.tick();
+    __m512bh qv[NH], qlv[NH];
+    for (int h = 0; h < NH; ++h) {
+      qv[h] = load_pairs(q + h * kLanes);
+      if constexpr (LO) qlv[h] = load_pairs(ql + h * kLanes);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      const __m512bh kb = bcast_pair(k[t] + 2 * p);
+      for (int h = 0; h < NH; ++h) {
+        acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qv[h], kb);
+        if constexpr (LO) acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qlv[h], kb);
+      }
+    }
+    q += qstride;
+    if constexpr (LO) ql += qstride;
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(sbuf + (size_t(t) * head_blocks + hb + h) * kLanes, acc[t][h]);
+}
+
+template <bool LO>
+void score_chunk_impl(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
+                      int num_keys, float* sbuf, Prefetch& pf) {
+  // Pairs of head blocks × 8 keys when there are two (q loads 2, broadcasts 8 per 16 products);
+  // a lone head block (16 heads, the DeepSeek TP-8 case) takes 8 keys against one q vector:
+  // 8 chains still cover vdpbf16ps's latency.
+  int hb = 0;
+  for (; hb + 2 <= head_blocks; hb += 2)
+    for (int t = 0; t < num_keys; t += 8) {
+            score_tile<2, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes, pf);
+    }
+  for (; hb < head_blocks; ++hb)
+    for (int t = 0; t < num_keys; t += 8) {
+            score_tile<1, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes, pf);
+    }
+}
+
+// NC columns × NH head blocks of Oᵀ, scaled by the blocks' alpha on the way in.
+template <int NC, int NH, bool LO>
+void pv_tile(float* oacc, const float* alpha, int head_blocks, int hb, int c0, const uint32_t* pp, const uint32_t* plo,
+             const uint32_t* vp, int cols, int num_pairs, Prefetch& pf) {
+  __m512 acc[NC][NH];
+  __m512 al[NH];
+  for (int h = 0; h < NH; ++h) al[h] = _mm512_loadu_ps(alpha + size_t(hb + h) * kLanes);
+  for (int c = 0; c < NC; ++c)
+    for (int h = 0; h < NH; ++h)
+      acc[c][h] = _mm512_mul_ps(_mm512_loadu_ps(oacc + (size_t(c0 + c) * head_blocks + hb + h) * kLanes), al[h]);
+  const size_t pstride = size_t(head_blocks) * kLanes;
+  const uint32_t* p = pp + size_t(hb) * kLanes;
+  const uint32_t* pl = LO ? plo + size_t(hb) * kLanes : nullptr;
+  const uint32_t* v = vp + c0;
+  for (int i = 0; i < num_pairs; ++i) {
+    pf.tick();
+    __m512bh pv[NH], plv[NH];
+    for (int h = 0; h < NH; ++h) {
+      pv[h] = load_pairs(p + h * kLanes);
+      if constexpr (LO) plv[h] = load_pairs(pl + h * kLanes);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) {
+      const __m512bh vb = bcast_pair(v + c);
+      for (int h = 0; h < NH; ++h) {
+        acc[c][h] = _mm512_dpbf16_ps(acc[c][h], pv[h], vb);
+        if constexpr (LO) acc[c][h] = _mm512_dpbf16_ps(acc[c][h], plv[h], vb);
+      }
+    }
+    p += pstride;
+    if constexpr (LO) pl += pstride;
+    v += cols;
+  }
+  for (int c = 0; c < NC; ++c)
+    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(oacc + (size_t(c0 + c) * head_blocks + hb + h) * kLanes, acc[c][h]);
+}
+
+template <bool LO>
+void pv_chunk_impl(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
+                   const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
+  // Four head blocks × 4 columns (4 + 4 loads per 16 products) where there are four; fewer
+  // blocks take more columns so 16 accumulators stay live.
+  int hb = hb0;
+  for (; hb + 4 <= hb1; hb += 4)
+    for (int c = 0; c < cols; c += 4) {
+            pv_tile<4, 4, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
+    }
+  for (; hb + 2 <= hb1; hb += 2)
+    for (int c = 0; c < cols; c += 8) {
+            pv_tile<8, 2, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
+    }
+  for (; hb < hb1; ++hb)
+    for (int c = 0; c < cols; c += 16) {
+            pv_tile<16, 1, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
+    }
+}
+
+}  // namespace
+
+void score_chunk(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
+                 int num_keys, float* sbuf, Prefetch& pf) {
+  if (qlo) score_chunk_impl<true>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, pf);
+  else score_chunk_impl<false>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, pf);
+}
+
+int score_iterations(int head_blocks, int num_keys, int pairs) {
+  return (head_blocks / 2 + head_blocks % 2) * (num_keys / 8) * pairs;
+}
+
+void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
+              const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
+  if (plo) pv_chunk_impl<true>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs, pf);
+  else pv_chunk_impl<false>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs, pf);
+}
+
+int pv_iterations(int head_blocks, int cols, int num_pairs) {
+  const int fours = head_blocks / 4, twos = head_blocks % 4 / 2, ones = head_blocks % 2;
+  return (fours * (cols / 4) + twos * (cols / 8) + ones * (cols / 16)) * num_pairs;
+}
+
+}  // namespace attn::mla::bf16dot
+#endif
