@@ -154,13 +154,20 @@ class MixerImpl {
   /// The whole mixer for a mixed batch of prefill and decode sequences. out: [T, d_inner]
   /// (mamba1, mamba2, short_conv) or [T, num_heads, head_v_dim] (linear, gdn).
   virtual void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) = 0;
-  /// The kernel variant that runs ("avx512" / "generic").
+  /// The kernel variant that runs ("avx512" / "generic"), fixed when the mixer is created: the
+  /// best this CPU runs, or env ATTN_MIXER_ISA = auto | avx512 | generic (capped at the best;
+  /// another value → attn::Error listing these).
   virtual std::string variant() const;
 
  protected:
   /// Checks state / metadata / out against the config (shared by every backend).
   void check_common(const MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
+  bool use_avx512() const { return avx512_; }
   MixerParams params_;
+
+ private:
+  bool avx512_ = false;
+  std::vector<float> conv_taps_;  // [d_conv, conv_dim]: conv_weight transposed once, for conv()
 };
 
 struct MixerDescriptor {

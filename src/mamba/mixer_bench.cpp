@@ -1,12 +1,16 @@
 // mixer_bench_figures: the numbers `attn bench` reports for the mixers — decode as state bytes
-// read + written per second (against DRAM bandwidth), and the chunked prefill's speed-up over the
-// sequential recurrence on the same backend.
+// read + written per second (against DRAM bandwidth, states rotated over a pool >= 4x the
+// last-level cache), and the chunked prefill's speed-up over the sequential recurrence on the
+// same backend at 2048 tokens (the two interleaved, medians).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <string>
 
 #include "attn/mamba.hpp"
 
@@ -97,16 +101,33 @@ std::vector<int64_t> out_shape(const MixerConfig& c, int64_t T) {
   return {T, c.out_dim()};
 }
 
-// Best of `reps` timed runs after one warm-up, in seconds.
-double best_seconds(int reps, const std::function<void()>& run) {
-  run();
-  double best = 1e30;
+// Median of `reps` timed runs of run(rep) after one warm-up (medians, not minima: on a shared
+// machine the best run says more about the neighbours than about the kernel).
+double median_seconds(int reps, const std::function<void(int)>& run) {
+  run(reps);
+  std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    run(i);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Last-level cache size from sysfs ("32768K"); 32 MiB when the machine does not say.
+double llc_bytes() {
+  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  std::string text;
+  if (!(f >> text) || text.empty()) return 32.0 * (1 << 20);
+  double v = std::atof(text.c_str());
+  switch (text.back()) {
+    case 'K': v *= 1 << 10; break;
+    case 'M': v *= 1 << 20; break;
+    case 'G': v *= 1 << 30; break;
+    default: break;
+  }
+  return v > 0 ? v : 32.0 * (1 << 20);
 }
 
 }  // namespace
@@ -116,46 +137,66 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
   std::mt19937 rng(1234);
   const int batch = quick ? 8 : 32;
   const int reps = quick ? 5 : 20;
+  const double pool_bytes = 4.0 * llc_bytes();
   for (const Layer& layer : layers()) {
     const MixerConfig& c = layer.config;
     const std::string backend = select_mamba(c.type, MambaSelectOptions{"", false, std::nullopt}).backend;
-    // Decode: one token for each of `batch` sequences, each continuing its own slot.
+    // Decode: one token for each of `batch` sequences, each continuing its own slot. Successive
+    // runs take the next `batch` slots of a pool >= 4x the last-level cache, so every run reads
+    // its states from DRAM as a serving engine does, not from the cache the previous run warmed.
     {
       MixerParams p = params_for(c, rng);
       auto impl = create_mixer(backend, p);
-      MambaStateCache cache(c, batch);
-      std::vector<int32_t> lens(batch, 1), slots(batch);
-      for (int i = 0; i < batch; ++i) slots[i] = i;
-      const MixerBatch md = MixerBatch::build(lens, slots, std::vector<uint8_t>(batch, 1), batch);
+      const double slot_bytes = double(MambaStateCache(c, 1).bytes());
+      const int groups = std::max(2, int(std::ceil(pool_bytes / (slot_bytes * batch))));
+      MambaStateCache cache(c, batch * groups);
+      std::vector<MixerBatch> mds;
+      for (int g = 0; g < groups; ++g) {
+        std::vector<int32_t> lens(batch, 1), slots(batch);
+        for (int i = 0; i < batch; ++i) slots[i] = g * batch + i;
+        mds.push_back(MixerBatch::build(lens, slots, std::vector<uint8_t>(batch, 1), batch * groups));
+      }
       auto in = inputs_for(c, batch, rng);
       std::vector<float> out(std::size_t(batch) * c.out_dim());
       const TensorView ov = TensorView::contiguous(out.data(), DType::float32, out_shape(c, batch));
-      const double s = best_seconds(reps, [&] { impl->forward(in->in, cache, md, ov); });
-      const double bytes = 2.0 * double(cache.bytes());  // every slot's state read and written once
+      const double s = median_seconds(reps, [&](int rep) { impl->forward(in->in, cache, mds[rep % groups], ov); });
+      const double bytes = 2.0 * slot_bytes * batch;  // every used slot's state read and written once
       const std::string key = std::string("decode.") + layer.name;
       figures.emplace_back(key + ".us_per_step", s * 1e6);
       figures.emplace_back(key + ".state_GBps", bytes / s / 1e9);
       if (dram_gbps > 0) figures.emplace_back(key + ".fraction_of_dram", bytes / s / 1e9 / dram_gbps);
     }
-    // Prefill: the chunked form against the sequential recurrence, one long sequence.
+    // Prefill: the chunked form against the sequential recurrence, one long sequence; the two
+    // run interleaved (one of each per round) so both see the same machine load.
     if (c.type == MambaType::mamba2 || c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention) {
-      const int64_t T = quick ? 256 : 1024;
+      const int64_t T = quick ? 256 : 2048;
       auto in = inputs_for(c, T, rng);
       std::vector<float> out(std::size_t(T) * c.out_dim());
       const TensorView ov = TensorView::contiguous(out.data(), DType::float32, out_shape(c, T));
       const MixerBatch md = MixerBatch::build({int32_t(T)}, {0}, {0}, 1);
       MixerParams p = params_for(c, rng);
-      double secs[2];
+      std::unique_ptr<MixerImpl> impl[2];
       for (int chunked = 0; chunked < 2; ++chunked) {
-        p.chunk_size = chunked ? 64 : 0;
-        auto impl = create_mixer(backend, p);
-        MambaStateCache cache(c, 1);
-        secs[chunked] = best_seconds(quick ? 2 : 5, [&] { impl->forward(in->in, cache, md, ov); });
+        p.chunk_size = chunked ? MixerParams{}.chunk_size : 0;
+        impl[chunked] = create_mixer(backend, p);
       }
+      MambaStateCache cache(c, 1);
+      const int rounds = quick ? 3 : 7;
+      std::vector<double> secs[2];
+      for (int r = -1; r < rounds; ++r) {  // round -1 warms up
+        for (int chunked = 0; chunked < 2; ++chunked) {
+          const auto t0 = std::chrono::steady_clock::now();
+          impl[chunked]->forward(in->in, cache, md, ov);
+          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r >= 0) secs[chunked].push_back(dt);
+        }
+      }
+      for (auto& v : secs) std::sort(v.begin(), v.end());
+      const double seq = secs[0][rounds / 2], chk = secs[1][rounds / 2];
       const std::string key = std::string("prefill.") + layer.name;
-      figures.emplace_back(key + ".chunked_tokens_per_s", double(T) / secs[1]);
-      figures.emplace_back(key + ".sequential_tokens_per_s", double(T) / secs[0]);
-      figures.emplace_back(key + ".chunked_speedup", secs[0] / secs[1]);
+      figures.emplace_back(key + ".chunked_tokens_per_s", double(T) / chk);
+      figures.emplace_back(key + ".sequential_tokens_per_s", double(T) / seq);
+      figures.emplace_back(key + ".chunked_speedup", seq / chk);
     }
   }
   return figures;

@@ -16,9 +16,13 @@ namespace attn::mixer {
 
 // exp(x) for x <= ~0 (decays) and moderate positives, branch-free so loops over it vectorize:
 // Cephes-style range reduction x = n·ln2 + r, degree-6 polynomial; relative error ~2e-7.
+// n = round(x·log2 e) by adding and removing 1.5·2^23 (exact for |x·log2 e| < 2^22, and the same
+// round-to-nearest-even as nearbyint): plain adds vectorize on every ISA, while nearbyint needs
+// SSE4.1 and became one libm call per element in the portable builds (the conv's SiLU included).
 static inline float vexp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
+  constexpr float kRound = 12582912.0f;  // 1.5·2^23
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
   float r = x - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -59,9 +63,11 @@ static inline float softplus(float x) {
 static inline float sigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }
 static inline float silu(float x) { return x * sigmoid(x); }
 
-/// "avx512" when this CPU runs the AVX-512 kernel builds, else "generic".
-std::string isa_for(const Platform& p);
-bool use_avx512();
+/// The kernel build a mixer created now on platform `p` runs: "avx512" when `p` runs the AVX-512
+/// builds, else "generic"; env ATTN_MIXER_ISA (auto | avx512 | generic) asks for one, capped at
+/// what `p` runs, so the portable kernels can be tested on an AVX-512 machine. Another value →
+/// attn::Error listing the valid ones.
+std::string chosen_isa(const Platform& p);
 
 /// float32, contiguous, exact extents; `name` is the argument named in the error.
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents);
@@ -83,22 +89,64 @@ std::string descriptor_variant(const Platform& p);
 
 namespace attn::mixer {
 
-/// Runs scan(t0, len, head, state_block, scratch) for every (sequence, head) of the batch that has
-/// tokens, over OpenMP threads. The head's state block (`block_floats` floats at head·block_floats
-/// in the sequence's slot) is zeroed first for sequences without an initial state; `scratch`
-/// holds scratch_floats(len) floats private to the task.
+/// `floats` floats of this thread's buffer number `Slot`, 64-byte aligned (whole zmm lines for
+/// the tile kernels), contents garbage. Grown on demand and kept for the thread's life: a prefill
+/// allocates nothing per chunk or per head, a decode step nothing at all once warm, and the
+/// conv's [T, conv_dim] output (tens of MiB at 2048 tokens) is not page-faulted in afresh on
+/// every call.
+template <int Slot>
+float* thread_buffer(int64_t floats) {
+  constexpr std::size_t kAlign = 64 / sizeof(float);
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < std::size_t(floats) + kAlign) buffer.resize(std::size_t(floats) + kAlign);
+  float* p = buffer.data();
+  return p + (kAlign - (reinterpret_cast<std::uintptr_t>(p) / sizeof(float)) % kAlign) % kAlign;
+}
+/// Scratch private to one task while it runs (the scan's and the conv's).
+inline float* thread_scratch(int64_t floats) { return thread_buffer<0>(floats); }
+/// A forward's own intermediate on the calling thread (the conv output), alive across its tasks.
+inline float* forward_buffer(int64_t floats) { return thread_buffer<1>(floats); }
+
+/// Runs scan(t0, len, h0, h1, state, scratch) for every (sequence, block of `block` consecutive
+/// heads) of the batch that has tokens, over OpenMP threads. `state` is head h0's block of
+/// `head_floats` floats in the sequence's slot (heads h0..h1-1 follow it), zeroed first for
+/// sequences without an initial state; `scratch` holds scratch_floats(len) floats private to the
+/// thread (see thread_scratch).
 template <typename Scratch, typename Scan>
-void for_each_seq_head(const MixerBatch& md, MambaStateCache& state, int64_t heads, int64_t block_floats, int threads,
-                       Scratch&& scratch_floats, Scan&& scan) {
-  parallel_tasks(int64_t(md.num_seqs) * heads, threads, [&](int64_t task) {
-    const int s = int(task / heads);
-    const int64_t h = task % heads, len = md.query_len(s);
+void for_each_seq_heads(const MixerBatch& md, MambaStateCache& state, int64_t heads, int64_t block, int64_t head_floats,
+                        int threads, Scratch&& scratch_floats, Scan&& scan) {
+  const int64_t blocks = (heads + block - 1) / block;
+  parallel_tasks(int64_t(md.num_seqs) * blocks, threads, [&](int64_t task) {
+    const int s = int(task / blocks);
+    const int64_t h0 = task % blocks * block, h1 = std::min(heads, h0 + block), len = md.query_len(s);
     if (len == 0) return;
-    float* S = state.ssm_slot(md.state_slots[s]) + h * block_floats;
-    if (!md.has_initial_state[s]) std::fill(S, S + block_floats, 0.0f);
-    std::vector<float> scratch(std::size_t(scratch_floats(len)));
-    scan(md.query_start_loc[s], len, h, S, scratch.data());
+    float* S = state.ssm_slot(md.state_slots[s]) + h0 * head_floats;
+    if (!md.has_initial_state[s]) std::fill(S, S + (h1 - h0) * head_floats, 0.0f);
+    scan(md.query_start_loc[s], len, h0, h1, S, thread_scratch(scratch_floats(len)));
   });
+}
+
+/// for_each_seq_heads one head per task: scan(t0, len, head, state, scratch).
+template <typename Scratch, typename Scan>
+void for_each_seq_head(const MixerBatch& md, MambaStateCache& state, int64_t heads, int64_t head_floats, int threads,
+                       Scratch&& scratch_floats, Scan&& scan) {
+  for_each_seq_heads(md, state, heads, 1, head_floats, threads, scratch_floats,
+                     [&](int64_t t0, int64_t len, int64_t h0, int64_t, float* S, float* scratch) {
+                       scan(t0, len, h0, S, scratch);
+                     });
+}
+
+/// Heads per task for mixers whose heads share per-chunk work in groups of `group` consecutive
+/// heads: the largest divisor of `group` (so a task never straddles two groups) that is at most
+/// `cap` and still leaves every thread about four of the `seq_heads` (sequences × heads) / block
+/// tasks, for dynamic balancing.
+inline int64_t shared_head_block(int64_t group, int64_t cap, int64_t seq_heads, int threads) {
+  const int64_t t = threads > 0 ? threads : omp_threads();
+  const int64_t want = std::clamp<int64_t>(seq_heads / (4 * t), 1, cap);
+  int64_t best = 1;
+  for (int64_t b = 1; b <= want; ++b)
+    if (group % b == 0) best = b;
+  return best;
 }
 
 /// The descriptor of a built-in mixer whose implementation is `Impl(const MixerParams&)`.

@@ -1,7 +1,7 @@
 // gdn: gated delta net (Qwen3-Next linear attention) — conv + SiLU over q|k|v, L2-normalised
 // q/k, decay g = A·softplus(a + dt_bias), β = sigmoid(b); chunked prefill, recurrent decode.
 // The output gate (RMSNormGated with z) belongs to the model, after this mixer.
-#include <vector>
+#include <algorithm>
 
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
@@ -22,22 +22,27 @@ class GdnImpl final : public MixerImpl {
     mixer::check_input(in.x, "qkv (x)", {T, CD});
     mixer::check_input(in.dt, "a (dt)", {T, H});
     mixer::check_input(in.b, "b", {T, H});
-    std::vector<float> conv_out;
     const float* qkv = in.x.ptr<const float>();
     if (!in.x_is_convolved) {
-      conv_out.resize(std::size_t(T * CD));
-      conv(in.x, state, md, TensorView::contiguous(conv_out.data(), DType::float32, {T, CD}));
-      qkv = conv_out.data();
+      float* conv_out = mixer::forward_buffer(T * CD);
+      conv(in.x, state, md, TensorView::contiguous(conv_out, DType::float32, {T, CD}));
+      qkv = conv_out;
     }
     const mixer::GdnScan args{qkv, in.dt.ptr<const float>(), in.b.ptr<const float>(), params_.A.data(),
                               params_.dt_bias.empty() ? nullptr : params_.dt_bias.data(), out.ptr<float>(),
                               params_.effective_scale(), H, c.num_k_heads, dk, dv, CD};
-    auto scan = mixer::use_avx512() ? mixer::avx512::gdn_scan : mixer::generic::gdn_scan;
+    auto scan = use_avx512() ? mixer::avx512::gdn_scan : mixer::generic::gdn_scan;
     const int64_t L = params_.chunk_size;
-    mixer::for_each_seq_head(
-        md, state, H, dk * dv, params_.num_threads,
-        [&](int64_t len) { return mixer::gdn_scratch_floats(len > 1 && L > 0 ? L : 0, dk, dv); },
-        [&](int64_t t0, int64_t len, int64_t h, float* S, float* scratch) { scan(args, t0, len, h, L, S, scratch); });
+    // Value heads of one key head share its normalised q, k and their products: a task takes up
+    // to 8 of them so each chunk's K·Kᵀ and Q·Kᵀ are built once for all of them.
+    const int64_t block =
+        mixer::shared_head_block(H / c.num_k_heads, 8, int64_t(md.num_seqs) * H, params_.num_threads);
+    mixer::for_each_seq_heads(
+        md, state, H, block, dk * dv, params_.num_threads,
+        [&](int64_t len) { return mixer::gdn_scratch_floats(len > 1 && L > 0 ? std::min(L, len) : 0, block, dk, dv); },
+        [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* scratch) {
+          scan(args, t0, len, h0, h1, L, S, scratch);
+        });
   }
 };
 

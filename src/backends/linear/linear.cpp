@@ -1,6 +1,6 @@
 // linear: linear attention with a per-head decay (MiniMax lightning attention), state
 // [heads, d_k, d_v]; chunked prefill, recurrent decode. q, k, v arrive activated.
-#include <vector>
+#include <algorithm>
 
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
@@ -23,12 +23,17 @@ class LinearImpl final : public MixerImpl {
     mixer::check_input(in.v, "v", {T, H, dv});
     const mixer::LinearScan args{in.x.ptr<const float>(), in.k.ptr<const float>(), in.v.ptr<const float>(),
                                  params_.A.data(), out.ptr<float>(), params_.effective_scale(), H, dk, dv};
-    auto scan = mixer::use_avx512() ? mixer::avx512::linear_scan : mixer::generic::linear_scan;
+    auto scan = use_avx512() ? mixer::avx512::linear_scan : mixer::generic::linear_scan;
     const int64_t L = params_.chunk_size;
-    mixer::for_each_seq_head(
-        md, state, H, dk * dv, params_.num_threads,
-        [&](int64_t len) { return len > 1 && L > 0 ? mixer::linear_scratch_floats(L) : 0; },
-        [&](int64_t t0, int64_t len, int64_t h, float* S, float* scratch) { scan(args, t0, len, h, L, S, scratch); });
+    // Heads share nothing here, but adjacent heads' q, k, v slices of a token row are adjacent:
+    // a task takes up to 4 (four 36 KiB states at 96 × 96) so its rows stream in whole lines.
+    const int64_t block = mixer::shared_head_block(H, 4, int64_t(md.num_seqs) * H, params_.num_threads);
+    mixer::for_each_seq_heads(
+        md, state, H, block, dk * dv, params_.num_threads,
+        [&](int64_t len) { return len > 1 && L > 0 ? mixer::linear_scratch_floats(std::min(L, len), block, dk, dv) : 0; },
+        [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* scratch) {
+          scan(args, t0, len, h0, h1, L, S, scratch);
+        });
   }
 };
 

@@ -1,5 +1,5 @@
 // mamba1: causal depthwise conv1d + selective scan (softplus Δ, diagonal A, D skip, z gate).
-#include <vector>
+#include <algorithm>
 
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
@@ -22,18 +22,17 @@ class Mamba1Impl final : public MixerImpl {
     mixer::check_input(in.B, "B", {T, N});
     mixer::check_input(in.C, "C", {T, N});
     if (in.z.data) mixer::check_input(in.z, "z", {T, D});
-    std::vector<float> conv_out;
     const float* x = in.x.ptr<const float>();
     if (!in.x_is_convolved) {
-      conv_out.resize(std::size_t(T * D));
-      conv(in.x, state, md, TensorView::contiguous(conv_out.data(), DType::float32, {T, D}));
-      x = conv_out.data();
+      float* conv_out = mixer::forward_buffer(T * D);
+      conv(in.x, state, md, TensorView::contiguous(conv_out, DType::float32, {T, D}));
+      x = conv_out;
     }
     const mixer::Mamba1Scan args{x, in.dt.ptr<const float>(), in.B.ptr<const float>(), in.C.ptr<const float>(),
                                  in.z.ptr<const float>(), params_.A.data(),
                                  params_.D.empty() ? nullptr : params_.D.data(),
                                  params_.dt_bias.empty() ? nullptr : params_.dt_bias.data(), out.ptr<float>(), D, N};
-    auto scan = mixer::use_avx512() ? mixer::avx512::mamba1_scan : mixer::generic::mamba1_scan;
+    auto scan = use_avx512() ? mixer::avx512::mamba1_scan : mixer::generic::mamba1_scan;
     constexpr int64_t kBlock = 32;  // channels per task: enough tasks for the threads at decode
     const int64_t blocks = (D + kBlock - 1) / kBlock;
     mixer::parallel_tasks(int64_t(md.num_seqs) * blocks, params_.num_threads, [&](int64_t task) {

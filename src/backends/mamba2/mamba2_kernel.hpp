@@ -1,5 +1,5 @@
 #pragma once
-// Mamba-2 (SSD) scan over one (sequence, head): single-step recurrence for decode, chunked
+// Mamba-2 (SSD) scan over one sequence and a block of heads: single-step recurrence for decode, chunked
 // form for prefill (per-ISA builds).
 #include <cstdint>
 
@@ -16,12 +16,18 @@ struct Mamba2Scan {
   int64_t heads, head_dim, d_state, groups, conv_dim;
 };
 
-/// Scratch floats the chunked form needs for chunk length L.
-inline int64_t mamba2_scratch_floats(int64_t L) { return 3 * L + L * L; }
+/// Scratch floats the chunked form needs for chunk length L and a block of `heads` heads (layout
+/// in mamba2_chunk.inc; rows padded to 16 floats so the tile kernels never need masked loads).
+inline int64_t mamba2_scratch_floats(int64_t L, int64_t heads, int64_t P, int64_t N) {
+  const int64_t Lp = (L + 15) / 16 * 16, Pp = (P + 15) / 16 * 16;
+  return heads * N * Pp + 2 * L * N + N * Lp + 2 * L * Lp + 3 * L * Pp + 2 * Lp;
+}
 
-// Tokens [t0, t0 + len) of head `h`; state: the slot's [P, N] block for this head.
-// chunk == 0 or len == 1: the sequential recurrence.
-namespace avx512 { void mamba2_scan(const Mamba2Scan& a, int64_t t0, int64_t len, int64_t h, int64_t chunk, float* state, float* scratch); }
-namespace generic { void mamba2_scan(const Mamba2Scan& a, int64_t t0, int64_t len, int64_t h, int64_t chunk, float* state, float* scratch); }
+// Tokens [t0, t0 + len) of heads [h0, h1), all of one group; state: head h0's [P, N] block of
+// the slot, the block's other heads after it. chunk == 0 or len == 1: the sequential recurrence.
+using Mamba2ScanFn = void(const Mamba2Scan& a, int64_t t0, int64_t len, int64_t h0, int64_t h1, int64_t chunk,
+                          float* state, float* scratch);
+namespace avx512 { Mamba2ScanFn mamba2_scan; }
+namespace generic { Mamba2ScanFn mamba2_scan; }
 
 }  // namespace attn::mixer

@@ -1,8 +1,6 @@
 // short_conv: LFM2's gated short convolution. BCx = in_proj(h) splits into B | C | x;
 // y = C ⊙ conv(B ⊙ x), the conv causal and depthwise with no activation. The only state is the
 // conv's last d_conv - 1 inputs (of B ⊙ x), so the whole mixer is memory-bound elementwise work.
-#include <vector>
-
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
 #include "mamba/mixer_support.hpp"
@@ -17,7 +15,7 @@ class ShortConvImpl final : public MixerImpl {
   void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) override {
     check_common(state, md, out);
     const int64_t T = md.num_tokens, D = params_.config.d_inner;
-    std::vector<float> bx_buf;
+    float* bx_buf = nullptr;
     const float* bcx = nullptr;
     if (in.x_is_convolved) {
       // x already holds conv(B ⊙ x) [T, D]; C comes separately.
@@ -26,14 +24,14 @@ class ShortConvImpl final : public MixerImpl {
     } else {
       mixer::check_input(in.x, "BCx (x)", {T, 3 * D});
       bcx = in.x.ptr<const float>();
-      bx_buf.resize(std::size_t(T * D));
+      bx_buf = mixer::forward_buffer(T * D);
       mixer::parallel_tasks(T, params_.num_threads, [&](int64_t t) {
         const float* row = bcx + t * 3 * D;
 #pragma omp simd
         for (int64_t i = 0; i < D; ++i) bx_buf[t * D + i] = row[i] * row[2 * D + i];
       });
       // conv writes its output straight into `out`; the gate then scales it in place.
-      conv(TensorView::contiguous(bx_buf.data(), DType::float32, {T, D}), state, md, out);
+      conv(TensorView::contiguous(bx_buf, DType::float32, {T, D}), state, md, out);
     }
     float* y = out.ptr<float>();
     const float* conv_out = in.x_is_convolved ? in.x.ptr<const float>() : y;

@@ -1,0 +1,3 @@
+// Causal depthwise conv1d, portable build.
+#define ATTN_MIXER_ISA generic
+#include "mamba/conv_kernel.inc"
