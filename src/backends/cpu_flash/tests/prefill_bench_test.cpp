@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -145,6 +146,46 @@ TEST(CpuFlashPrefillBench, Throughput) {
                     rate / cf);
       }
     }
+  }
+}
+
+/// Max abs error against the fp64 reference of the shapes above at 300 tokens, per tile kind.
+TEST(CpuFlashPrefillBench, ErrorAgainstOracle) {
+  const char* on = std::getenv("ATTN_PREFILL_BENCH");
+  if (!on || std::string(on) != "1") GTEST_SKIP() << "set ATTN_PREFILL_BENCH=1 to run";
+  if (best_isa(detect_cpu()) < Isa::avx512) GTEST_SKIP() << "no AVX-512";
+  struct Row {
+    const char* name;
+    int heads, kv_heads, d, window;
+    bool sinks;
+    DType io;
+    const char* isa;
+  };
+  const Row rows[] = {
+      {"llama shape, bf16, bf16 tiles", 32, 8, 128, 0, false, DType::bfloat16, "avx512_bf16"},
+      {"llama shape, bf16, fp32 tiles", 32, 8, 128, 0, false, DType::bfloat16, "avx512"},
+      {"llama shape, fp32, fp32 tiles", 32, 8, 128, 0, false, DType::float32, "avx512"},
+      {"gpt-oss shape, bf16, bf16 tiles", 64, 8, 64, 128, true, DType::bfloat16, "avx512_bf16"},
+  };
+  for (const Row& r : rows) {
+    if (std::string(r.isa) == "avx512_bf16" && best_isa(detect_cpu()) != Isa::avx512_bf16) continue;
+    CaseSpec spec;
+    spec.config.num_heads = r.heads, spec.config.num_kv_heads = r.kv_heads, spec.config.head_size = r.d;
+    spec.config.dtype = r.io, spec.config.sliding_window = r.window, spec.config.has_sink = r.sinks;
+    spec.seqs = {{0, 300}};
+    spec.seed = 7;
+    ForceIsa force{std::string(r.isa)};
+    Case c = attn::test::make_case(spec, "cpu_flash");
+    attn::test::run_forward(c);
+    const std::vector<double> ref = attn::test::reference_attention(c), got = attn::test::output_values(c);
+    double max_abs = 0, max_ref = 0, se = 0, sr = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const double e = got[i] - ref[i];
+      max_abs = std::max(max_abs, std::fabs(e)), max_ref = std::max(max_ref, std::fabs(ref[i]));
+      se += e * e, sr += ref[i] * ref[i];
+    }
+    std::printf("  %-34s max abs err %.2e  / max|ref| %.2e  rel L2 %.2e\n", r.name, max_abs, max_abs / max_ref,
+                std::sqrt(se / sr));
   }
 }
 
