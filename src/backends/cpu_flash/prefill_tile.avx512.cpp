@@ -81,9 +81,9 @@ struct Ctx {
 template <bool Bf16, int NV, bool Mask, bool Cap>
 void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) {
   __m512 acc[R][NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   if (!(g_stage_mask & kSkipQk)) {
     if constexpr (Bf16) {
@@ -93,12 +93,12 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
 #pragma GCC unroll 2
       for (int i = 0; i < pairs; ++i) {
         __m512i kv[NV];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) kv[v] = _mm512_load_si512(kt + i * 4 + v);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512bh qp = (__m512bh)_mm512_set1_epi32(int(q[r * ldq + i]));
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qp, (__m512bh)kv[v]);
         }
       }
@@ -108,12 +108,12 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
 #pragma GCC unroll 2
       for (int x = 0; x < cx.d; ++x) {
         __m512 kv[NV];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) kv[v] = _mm512_load_ps(kt + x * kTileKeys + v * 16);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512 qx = _mm512_set1_ps(q[r * cx.d + x]);
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(qx, kv[v], acc[r][v]);
         }
       }
@@ -122,10 +122,10 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
 
   const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   __m512 mx[R];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const int row = r0 + r;
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       __m512& t = acc[r][v];  // scores become logits·log2(e) in place
       if constexpr (Cap) {  // cap·tanh(s·scale/cap) = cap·(1 − 2/(e^{2s·scale/cap} + 1)), times log2(e)
@@ -143,14 +143,14 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
       }
     }
     mx[r] = acc[r][0];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 1; v < NV; ++v) mx[r] = _mm512_max_ps(mx[r], acc[r][v]);
   }
   if (g_stage_mask & kSkipSoftmax) {  // measurement only: scores straight to P
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       cx.alpha[r0 + r] = 1.0f;
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) {
         if constexpr (Bf16)
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(cx.pb + (r0 + r) * kTileKeys + (j0 + v) * 16),
@@ -177,16 +177,16 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
   const __m128 dead = _mm_cmp_ps(m_new, _mm_set1_ps(0.5f * kMasked), _CMP_LE_OQ);
   alignas(16) float sub[R], al[R];
   _mm_store_ps(sub, _mm_blendv_ps(m_new, _mm_set1_ps(-kMasked), dead));
-  _mm_store_ps(al, _mm512_castps512_ps128(exp2v(_mm512_castps128_ps512(_mm_sub_ps(m_old, m_new)))));
+  _mm_store_ps(al, _mm512_castps512_ps128(exp2v(_mm512_zextps128_ps512(_mm_sub_ps(m_old, m_new)))));
   _mm_storeu_ps(cx.m2 + r0, m_new);
   _mm_storeu_ps(cx.alpha + r0, _mm_load_ps(al));
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const int row = r0 + r;
     const __m512 mv = _mm512_set1_ps(sub[r]);
     __m512 p[NV];
     __m512 sum = _mm512_setzero_ps();
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       p[v] = exp2v(_mm512_sub_ps(acc[r][v], mv));
       sum = _mm512_add_ps(sum, p[v]);
@@ -201,7 +201,7 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
         _mm512_storeu_si512(pr + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
       if (v < NV) _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), (__m256i)_mm512_cvtneps_pbh(p[v]));
     } else {
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) _mm512_storeu_ps(cx.pf + row * kTileKeys + (j0 + v) * 16, p[v]);
     }
   }
@@ -211,11 +211,17 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
 template <bool Bf16, int C>
 void pv(const Ctx& cx, int r0, const char* vtile, int c0, int k0, int k1) {
   __m512 acc[R][C];
-  #pragma GCC unroll 16
+  // Once the row maxima settle, alpha is exactly 1 for most tiles: skip the multiplies, which
+  // compete with the dot products for the same ports.
+  const bool rescale = _mm_movemask_ps(_mm_cmpneq_ps(_mm_loadu_ps(cx.alpha + r0), _mm_set1_ps(1.0f))) != 0;
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const __m512 al = _mm512_set1_ps(cx.alpha[r0 + r]);
-    #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16), al);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm512_loadu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16);
+      if (rescale) acc[r][c] = _mm512_mul_ps(acc[r][c], al);
+    }
   }
   if (!(g_stage_mask & kSkipPv)) {
     if constexpr (Bf16) {
@@ -225,12 +231,12 @@ void pv(const Ctx& cx, int r0, const char* vtile, int c0, int k0, int k1) {
 #pragma GCC unroll 2
       for (int kp = k0 / 2; kp < k1 / 2; ++kp) {
         __m512i vv[C];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) vv[c] = _mm512_load_si512(vt + kp * nvd + c);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512bh pp = (__m512bh)_mm512_set1_epi32(int(p[r * (kTileKeys / 2) + kp]));
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pp, (__m512bh)vv[c]);
         }
       }
@@ -240,20 +246,20 @@ void pv(const Ctx& cx, int r0, const char* vtile, int c0, int k0, int k1) {
 #pragma GCC unroll 2
       for (int k = k0; k < k1; ++k) {
         __m512 vv[C];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) vv[c] = _mm512_load_ps(vt + k * cx.dvp + c * 16);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512 pk = _mm512_set1_ps(p[r * kTileKeys + k]);
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(pk, vv[c], acc[r][c]);
         }
       }
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16, acc[r][c]);
 }
 
