@@ -25,6 +25,9 @@ namespace prefill {
 
 /// Keys per packed tile: the Q·Kᵀ micro-kernel keeps 4 vectors of 16 keys per row in registers.
 constexpr int kTileKeys = 64;
+/// Packed K/V one sequence may take (all its KV heads): 512 MiB is 128k tokens of 8 bf16
+/// KV heads of 128.
+constexpr int64_t kMaxSeqPackBytes = int64_t(512) << 20;
 /// Longest row a packing step widens (head sizes up to 256).
 constexpr int kMaxPackDims = 256;
 

@@ -57,6 +57,9 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   for (int s = 0; s < num_seqs; ++s) {
     if (hi[std::size_t(s)] <= lo[std::size_t(s)]) continue;
     const int32_t t0 = lo[std::size_t(s)] / kTileKeys, t1 = (hi[std::size_t(s)] + kTileKeys - 1) / kTileKeys;
+    // A short chunk over a very long context would pack far more than it computes on; such a
+    // sequence stays on the general kernel. Decided per sequence, so batch invariance holds.
+    if (int64_t(t1 - t0) * (L.k_tile_bytes + L.v_tile_bytes) * a.num_kv_heads > kMaxSeqPackBytes) continue;
     for (int h = 0; h < a.num_kv_heads; ++h) {
       PackLayout::Group& g = L.groups[std::size_t(s) * a.num_kv_heads + h];
       g.offset = off, g.tile0 = t0, g.tiles = t1 - t0;
