@@ -329,8 +329,14 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   sc.m2.assign(std::size_t(rp), kMasked);
   sc.alpha.assign(std::size_t(rp), 1.0f);
   sc.lo.resize(std::size_t(rp)), sc.hi.resize(std::size_t(rp));
-  if constexpr (Bf16) sc.qb.assign(std::size_t(rp) * d, 0), sc.pb.resize(std::size_t(rp) * kTileKeys);
-  else sc.qf.assign(std::size_t(rp) * d, 0.0f), sc.pf.resize(std::size_t(rp) * kTileKeys);
+  // Real Q rows are overwritten below; only the padding rows need their zeros.
+  if constexpr (Bf16) {
+    sc.qb.resize(std::size_t(rp) * d), sc.pb.resize(std::size_t(rp) * kTileKeys);
+    std::fill(sc.qb.begin() + std::ptrdiff_t(rows) * d, sc.qb.end(), uint16_t(0));
+  } else {
+    sc.qf.resize(std::size_t(rp) * d), sc.pf.resize(std::size_t(rp) * kTileKeys);
+    std::fill(sc.qf.begin() + std::ptrdiff_t(rows) * d, sc.qf.end(), 0.0f);
+  }
 
   const int64_t tok0 = a.query_start_loc[s] + it.q_begin;
   const int32_t seq_len = a.seq_lens[s];
