@@ -54,7 +54,7 @@ struct PackLayout {
   };
   std::vector<Job> jobs;      // one per tile, the parallel packing loop
   int64_t bytes = 0;
-  int min_rows = 16;          // items with at least this many rows (and not split) take the path
+  int min_rows = 17;          // items with at least this many rows (and not split) take the path
 
   const Group& group(int seq, int kv_head, int num_kv_heads) const { return groups[std::size_t(seq) * num_kv_heads + kv_head]; }
 };

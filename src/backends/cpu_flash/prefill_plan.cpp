@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "attn/error.hpp"
+#include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/plan.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 
@@ -29,7 +30,9 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   // ALiBi stays on the general kernel (a per-row, per-key bias in the epilogue is not worth a
   // variant for the few ALiBi models).
   if (route == Route::off || a.alibi_slopes) return L;
-  L.min_rows = route == Route::all ? 1 : 16;
+  // Items of up to kDecodeMaxRows rows belong to the decode kernel, which streams the cache
+  // without packing it.
+  L.min_rows = route == Route::all ? 1 : kDecodeMaxRows + 1;
   // bf16 dot products are exact only for bf16 q, and the tiles are exact for caches whose
   // values bf16 holds exactly (bf16, both fp8 formats); anything else widens to fp32.
   L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 &&
