@@ -11,6 +11,7 @@
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/isa.hpp"
 #include "backends/cpu_flash/plan.hpp"
+#include "backends/cpu_flash/prefill_run.hpp"
 
 namespace attn {
 namespace cpu_flash {
@@ -58,9 +59,11 @@ class CpuFlashImpl final : public AttentionImpl {
     const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size);
     const int threads = p_.num_threads > 0 ? p_.num_threads : omp_get_max_threads();
     const int64_t n = int64_t(plan.items.size());
+    const prefill::Call prefill_call(a, plan, isa_, prefill_route_, threads);  // packs K/V for the prefill tiles
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) {
       const WorkItem& it = plan.items[std::size_t(i)];
+      if (prefill_call.run(a, it)) continue;
       (decode && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials.data());
     }
     if (!plan.merges.empty()) run_merges(a, plan, partials.data(), threads);
@@ -71,6 +74,7 @@ class CpuFlashImpl final : public AttentionImpl {
  private:
   LayerParams p_;
   Isa isa_;
+  prefill::Route prefill_route_ = prefill::route_from_env();
 };
 
 }  // namespace

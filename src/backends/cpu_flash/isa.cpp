@@ -5,6 +5,7 @@
 
 #include "attn/error.hpp"
 #include "backends/cpu_flash/decode.hpp"
+#include "backends/cpu_flash/prefill.hpp"
 
 namespace attn::cpu_flash {
 
@@ -30,7 +31,15 @@ Isa best_isa(const Platform& p) {
 Isa chosen_isa(const Platform& p) {
   const Isa best = best_isa(p);
   const char* env = std::getenv("ATTN_CPU_ISA");
-  if (!env || !*env || std::string_view(env) == "auto") return best;
+  if (!env || !*env || std::string_view(env) == "auto") {
+#if defined(__x86_64__) || defined(_M_X64)
+    // Where bf16 dot products run slower than fp32 FMA (measured on this CPU, once), the fp32
+    // build is the faster one; only timed when this CPU itself can run the instruction.
+    if (best == Isa::avx512_bf16 && best_isa(detect_cpu()) == Isa::avx512_bf16 && !prefill::bf16_dot_beats_fma())
+      return Isa::avx512;
+#endif
+    return best;
+  }
   for (Isa isa : {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic})
     if (to_string(isa) == env) return std::min(isa, best);
   throw Error(std::string("ATTN_CPU_ISA=") + env + " invalid: expected one of auto, avx512_bf16, avx512, avx2, generic");

@@ -1,0 +1,92 @@
+#pragma once
+/// The prefill path of cpu_flash: query tiles with many rows run on register-blocked matmul
+/// micro-kernels over K/V repacked once per call, instead of the general item kernel.
+///
+/// Phases of one forward call (each in its own file):
+///   plan  (prefill_plan.cpp)          which items take this path; the packed K/V layout
+///   pack  (prefill_pack.avx512.cpp)   K and V of every (sequence, KV head) into 64-key tiles,
+///                                     once, shared by every query tile of the group
+///   tile  (prefill_tile.avx512.cpp)   Q·Kᵀ + fused online softmax + P·V per query tile
+///   rates (prefill_rates.avx512.cpp)  bf16 dot vs fp32 FMA, measured once per process
+///   run   (prefill_run.cpp)           one parallel region: packing, then every item
+///
+/// Two instruction sets for the same tiles: `vdpbf16ps` on bf16 tiles (bf16 q, with a bf16 or
+/// fp8 cache: both widen to bf16 exactly) and fp32 FMA on tiles widened to fp32 (every other
+/// dtype, and CPUs where the bf16 dot runs slower than fp32 FMA).
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu_flash/kernel_args.hpp"
+
+namespace attn::cpu_flash {
+
+struct Plan;
+
+namespace prefill {
+
+/// Keys per packed tile: the Q·Kᵀ micro-kernel keeps 4 vectors of 16 keys per row in registers.
+constexpr int kTileKeys = 64;
+/// Packed K/V one sequence may take (all its KV heads): 512 MiB is 128k tokens of 8 bf16
+/// KV heads of 128.
+constexpr int64_t kMaxSeqPackBytes = int64_t(512) << 20;
+/// Longest row a packing step widens (head sizes up to 256).
+constexpr int kMaxPackDims = 256;
+
+/// Which items the prefill path takes (env ATTN_CPU_PREFILL=auto|off|all; `all` also routes
+/// small tiles, which the tests use to cover every row count).
+enum class Route : uint8_t { auto_, off, all };
+Route route_from_env();
+
+/// The packed K/V of one call. Tile t of group (seq, kv_head) holds keys [64·t, 64·t + 64);
+/// keys at or past the sequence's length are zeros, never cache contents.
+struct PackLayout {
+  bool bf16 = false;         // tiles hold bf16 (vdpbf16ps layout) or fp32
+  int head_size = 0;         // d (K); even, so bf16 K pairs never straddle the row
+  int dv_pad = 0;            // V dims rounded up to 16 (one vector), padding zeros
+  int64_t k_tile_bytes = 0, v_tile_bytes = 0;
+  struct Group {
+    int64_t offset = -1;     // bytes into the buffer; -1 = not packed
+    int32_t tile0 = 0, tiles = 0;
+  };
+  std::vector<Group> groups;  // [num_seqs * num_kv_heads]
+  struct Job {
+    int32_t seq, kv_head, tile;
+  };
+  std::vector<Job> jobs;      // one per tile, the parallel packing loop
+  int64_t bytes = 0;
+  int min_rows = 17;          // items with at least this many rows (and not split) take the path
+
+  const Group& group(int seq, int kv_head, int num_kv_heads) const { return groups[std::size_t(seq) * num_kv_heads + kv_head]; }
+};
+
+/// Decides the path for this call and lays out the packed buffer (bytes = 0: path not taken).
+/// `bf16_dot` says the chosen ISA runs bf16 dot products.
+PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route route);
+/// True when `it` runs on the prefill kernel under `layout`.
+bool takes_prefill(const PackLayout& layout, const KernelArgs& a, const WorkItem& it);
+
+#if defined(__x86_64__) || defined(_M_X64)
+/// Packs one tile (a job of layout.jobs) into `buf` (64-byte aligned).
+void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackLayout::Job& job, char* buf);
+/// Runs one item on the packed tiles.
+void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkItem& it, const char* buf);
+/// Whether vdpbf16ps outruns fp32 FMA on this CPU, per FLOP (measured once, < 2 ms).
+bool bf16_dot_beats_fma();
+/// The measured rates behind that choice (GFLOP/s on one thread), for reports.
+struct DotRates {
+  double bf16_dot = 0, fp32_fma = 0;
+};
+DotRates measure_dot_rates(int reps);
+#endif
+
+/// Stage switches for measurement only (0 = everything); see prefill_tile.avx512.cpp.
+enum Stage : unsigned { kSkipQk = 1, kSkipSoftmax = 2, kSkipPv = 4, kPackOnly = 8 };
+void set_stage_mask_for_measurement(unsigned mask);
+unsigned stage_mask_for_measurement();
+
+/// Thread-reused buffer for the packed tiles of one call (the calling thread's; no
+/// allocation in steady state).
+char* packed_buffer(int64_t bytes);
+
+}  // namespace prefill
+}  // namespace attn::cpu_flash

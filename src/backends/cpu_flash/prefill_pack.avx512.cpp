@@ -1,0 +1,117 @@
+// Prefill path, pack phase: one 64-key tile of one (sequence, KV head) from the paged cache into
+// the layouts the micro-kernels stream with unit-stride vector loads. Runs once per call per
+// tile, so the cache's dtype, paging and head stride are paid for once, not once per query tile.
+//
+// Layouts (d = head size, dvp = V dims rounded up to 16; bf16 tiles / fp32 tiles):
+//   K bf16: [d/2][64 keys][2]   the pair (d, d+1) of 16 consecutive keys fills one vector, the
+//                               operand layout of vdpbf16ps against a broadcast q pair
+//   V bf16: [32 key pairs][dvp][2]  keys 2i and 2i+1 interleaved per dim (VNNI), against a
+//                               broadcast pair of P
+//   K fp32: [d][64 keys]        16 keys per vector against a broadcast q element
+//   V fp32: [64 keys][dvp]      rows as in the cache, padded
+// Keys at or past the sequence length and dims past dv are zeros: a masked key then multiplies
+// a zero weight by a finite zero, never by cache contents (NaN poison stays out).
+#define ATTN_CF_NS prefill_avx512
+#include "backends/cpu_flash/simd_avx512.hpp"
+#include "backends/cpu_flash/prefill.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace attn::cpu_flash::prefill {
+namespace {
+
+using Simd = ATTN_CF_NS::Simd;
+
+template <KvType T>
+constexpr int64_t elem_bytes() {
+  return T == KvType::f32 ? 4 : (T == KvType::f16 || T == KvType::bf16) ? 2 : 1;
+}
+
+/// One cache row as fp32 (e4m3 keeps its 2^-8, see kE4m3Rebias), zero-padded to `npad`.
+template <KvType T>
+void widen(const char* src, int n, int npad, float* dst) {
+  int x = 0;
+  for (; x + 16 <= n; x += 16) _mm512_storeu_ps(dst + x, Simd::load_kv<T>(src + x * elem_bytes<T>()));
+  if (x < n) _mm512_storeu_ps(dst + x, Simd::load_kv_tail<T>(src + x * elem_bytes<T>(), n - x)), x += 16;
+  for (; x < npad; x += 16) _mm512_storeu_ps(dst + x, _mm512_setzero_ps());
+}
+
+template <KvType T>
+void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, char* buf) {
+  const PackLayout::Group& g = L.group(job.seq, job.kv_head, a.num_kv_heads);
+  char* kdst = buf + g.offset + int64_t(job.tile - g.tile0) * (L.k_tile_bytes + L.v_tile_bytes);
+  char* vdst = kdst + L.k_tile_bytes;
+  const int d = a.head_size, dv = a.head_size_v, dvp = L.dv_pad;
+  const int32_t key0 = job.tile * kTileKeys;
+  const int n = std::clamp(a.seq_lens[job.seq] - key0, 0, kTileKeys);
+  const int32_t* bt = a.block_table + int64_t(job.seq) * a.max_blocks_per_seq;
+  const char* base = static_cast<const char*>(a.kv.base);
+  auto k_row = [&](int j) {
+    const int32_t key = key0 + j;
+    const int64_t e = int64_t(bt[key / a.kv.block_size]) * a.kv.block_stride +
+                      int64_t(key % a.kv.block_size) * a.kv.token_stride + int64_t(job.kv_head) * a.kv.head_stride;
+    return base + e * elem_bytes<T>();
+  };
+  const int64_t v_off = a.kv.v_offset * elem_bytes<T>();
+  const int dpad = (d + 31) / 32 * 32;  // whole bf16 vectors of 32
+  alignas(64) float row[kMaxPackDims], row2[kMaxPackDims];
+
+  if (L.bf16) {
+    // K: rows to bf16 pairs, then a 32-bit transpose (pairs × keys).
+    uint32_t* kd = reinterpret_cast<uint32_t*>(kdst);
+    alignas(64) uint16_t rb[kMaxPackDims];
+    for (int j = 0; j < kTileKeys; ++j) {
+      if (j < n) {
+        widen<T>(k_row(j), d, dpad, row);
+        for (int x = 0; x < dpad; x += 32)
+          _mm512_store_si512(rb + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(row + x + 16), _mm512_load_ps(row + x)));
+      } else {
+        std::memset(rb, 0, sizeof(rb));
+      }
+      const uint32_t* pairs = reinterpret_cast<const uint32_t*>(rb);
+      for (int i = 0; i < d / 2; ++i) kd[i * kTileKeys + j] = pairs[i];
+    }
+    // V: two keys' rows interleaved by one word permute per 16 dims.
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                                21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    uint16_t* vd = reinterpret_cast<uint16_t*>(vdst);
+    for (int kp = 0; kp < kTileKeys / 2; ++kp) {
+      const int j = 2 * kp;
+      if (j < n) widen<T>(k_row(j) + v_off, dv, dvp, row); else std::fill(row, row + dvp, 0.0f);
+      if (j + 1 < n) widen<T>(k_row(j + 1) + v_off, dv, dvp, row2); else std::fill(row2, row2 + dvp, 0.0f);
+      for (int x = 0; x < dvp; x += 16) {
+        const __m512 ab = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castpd256_pd512(_mm256_castsi256_pd((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(row + x)))),
+            _mm256_castsi256_pd((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(row2 + x))), 1));
+        _mm512_store_si512(vd + (int64_t(kp) * dvp + x) * 2, _mm512_permutexvar_epi16(interleave, _mm512_castps_si512(ab)));
+      }
+    }
+    return;
+  }
+  // fp32 tiles: K transposed to keys-in-lanes, V rows as they are.
+  float* kd = reinterpret_cast<float*>(kdst);
+  for (int j = 0; j < kTileKeys; ++j) {
+    if (j < n) widen<T>(k_row(j), d, dpad, row); else std::fill(row, row + dpad, 0.0f);
+    for (int x = 0; x < d; ++x) kd[x * kTileKeys + j] = row[x];
+  }
+  float* vd = reinterpret_cast<float*>(vdst);
+  for (int j = 0; j < kTileKeys; ++j) {
+    if (j < n) widen<T>(k_row(j) + v_off, dv, dvp, vd + int64_t(j) * dvp);
+    else std::fill(vd + int64_t(j) * dvp, vd + int64_t(j + 1) * dvp, 0.0f);
+  }
+}
+
+}  // namespace
+
+void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackLayout::Job& job, char* buf) {
+  switch (a.kv_type) {
+    case KvType::f32: return pack<KvType::f32>(a, layout, job, buf);
+    case KvType::f16: return pack<KvType::f16>(a, layout, job, buf);
+    case KvType::bf16: return pack<KvType::bf16>(a, layout, job, buf);
+    case KvType::e4m3: return pack<KvType::e4m3>(a, layout, job, buf);
+    case KvType::e5m2: return pack<KvType::e5m2>(a, layout, job, buf);
+  }
+}
+
+}  // namespace attn::cpu_flash::prefill

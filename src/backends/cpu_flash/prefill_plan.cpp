@@ -1,0 +1,91 @@
+// Prefill path, plan phase: which items take it and where each (sequence, KV head)'s packed
+// tiles go. Portable code; the ISA files only fill and read the buffer laid out here.
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string_view>
+
+#include "attn/error.hpp"
+#include "backends/cpu_flash/decode.hpp"
+#include "backends/cpu_flash/plan.hpp"
+#include "backends/cpu_flash/prefill.hpp"
+
+namespace attn::cpu_flash::prefill {
+
+Route route_from_env() {
+  const char* env = std::getenv("ATTN_CPU_PREFILL");
+  if (!env || !*env || std::string_view(env) == "auto") return Route::auto_;
+  if (std::string_view(env) == "off") return Route::off;
+  if (std::string_view(env) == "all") return Route::all;
+  throw Error(std::string("ATTN_CPU_PREFILL=") + env + " invalid: expected one of auto, off, all");
+}
+
+bool takes_prefill(const PackLayout& layout, const KernelArgs& a, const WorkItem& it) {
+  if (layout.bytes == 0 || it.partial >= 0 || item_rows(it, a.group) < layout.min_rows) return false;
+  return layout.group(it.seq, it.kv_head, a.num_kv_heads).offset >= 0;
+}
+
+PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route route) {
+  PackLayout L;
+  // ALiBi stays on the general kernel (a per-row, per-key bias in the epilogue is not worth a
+  // variant for the few ALiBi models).
+  if (route == Route::off || a.alibi_slopes) return L;
+  // Items of up to kDecodeMaxRows rows belong to the decode kernel, which streams the cache
+  // without packing it.
+  L.min_rows = route == Route::all ? 1 : kDecodeMaxRows + 1;
+  // bf16 dot products are exact only for bf16 q, and the tiles are exact for caches whose
+  // values bf16 holds exactly (bf16, both fp8 formats); anything else widens to fp32.
+  L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 &&
+           (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2);
+  L.head_size = a.head_size;
+  L.dv_pad = (a.head_size_v + 15) / 16 * 16;
+  const int64_t elem = L.bf16 ? 2 : 4;
+  L.k_tile_bytes = int64_t(kTileKeys) * a.head_size * elem;
+  L.v_tile_bytes = int64_t(kTileKeys) * L.dv_pad * elem;
+
+  const int num_seqs = [&] {
+    int n = 0;
+    for (const WorkItem& it : plan.items) n = std::max(n, it.seq + 1);
+    return n;
+  }();
+  // The key range each sequence's prefill items need (the same for all its KV heads).
+  std::vector<int32_t> lo(std::size_t(num_seqs), INT32_MAX), hi(std::size_t(num_seqs), 0);
+  for (const WorkItem& it : plan.items) {
+    if (it.partial >= 0 || item_rows(it, a.group) < L.min_rows || it.kv_end <= it.kv_begin) continue;
+    lo[std::size_t(it.seq)] = std::min(lo[std::size_t(it.seq)], it.kv_begin);
+    hi[std::size_t(it.seq)] = std::max(hi[std::size_t(it.seq)], it.kv_end);
+  }
+  L.groups.assign(std::size_t(num_seqs) * a.num_kv_heads, {});
+  int64_t off = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    if (hi[std::size_t(s)] <= lo[std::size_t(s)]) continue;
+    const int32_t t0 = lo[std::size_t(s)] / kTileKeys, t1 = (hi[std::size_t(s)] + kTileKeys - 1) / kTileKeys;
+    // A short chunk over a very long context would pack far more than it computes on; such a
+    // sequence stays on the general kernel. Decided per sequence, so batch invariance holds.
+    if (int64_t(t1 - t0) * (L.k_tile_bytes + L.v_tile_bytes) * a.num_kv_heads > kMaxSeqPackBytes) continue;
+    for (int h = 0; h < a.num_kv_heads; ++h) {
+      PackLayout::Group& g = L.groups[std::size_t(s) * a.num_kv_heads + h];
+      g.offset = off, g.tile0 = t0, g.tiles = t1 - t0;
+      off += int64_t(g.tiles) * (L.k_tile_bytes + L.v_tile_bytes);
+      for (int32_t t = t0; t < t1; ++t) L.jobs.push_back({s, h, t});
+    }
+  }
+  L.bytes = off;
+  return L;
+}
+
+char* packed_buffer(int64_t bytes) {
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<char, Free> buf;
+  thread_local int64_t cap = 0;
+  if (bytes > cap) {
+    cap = (bytes + 4095) / 4096 * 4096;
+    buf.reset(static_cast<char*>(std::aligned_alloc(64, std::size_t(cap))));
+    if (!buf) throw Error("cpu_flash prefill: out of memory for " + std::to_string(cap) + " bytes of packed K/V");
+  }
+  return buf.get();
+}
+
+}  // namespace attn::cpu_flash::prefill

@@ -1,0 +1,406 @@
+// Prefill path, tile phase: one query tile (token-major rows: the GQA group's heads stacked per
+// token) against the packed 64-key tiles of its KV head. Per key tile:
+//   1. S = Q·Kᵀ for 4 rows × up to 64 keys in registers (16 accumulators), the whole d
+//      reduction in registers: a broadcast q pair (bf16) or element (fp32) per row, one
+//      unit-stride K vector per 16 keys, no horizontal sums.
+//   2. online softmax in the same registers: row max, exp2 with log2(e)·scale folded into one
+//      multiply, running sum as a 16-lane vector per row, P stored as bf16 (or fp32).
+//   3. O = O·alpha + P·V: 4 rows × 64 dims of O in registers over the tile's key pairs.
+// Key tiles outside every row's visible range are never visited (causal future, sliding
+// window); only 16-key vectors that some row sees are computed, and only micro-tiles crossing
+// a row's first or last visible key are masked.
+#define ATTN_CF_NS prefill_avx512
+#include "backends/cpu_flash/simd_avx512.hpp"
+#include "backends/cpu_flash/prefill.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attn/tensor.hpp"
+
+namespace attn::cpu_flash::prefill {
+namespace {
+
+/// Rows per micro-tile: 4 rows × 4 key vectors = 16 accumulators, leaving registers for the 4
+/// K vectors and the broadcasts (6 rows measured within noise, 2 rows clearly worse).
+constexpr int R = 4;
+/// Masked logits: finite, so `logit − max` stays finite and exp2 of it is exactly 0 (vscalefps
+/// of −1e30), with no −inf − −inf NaN and no dependence on FTZ.
+constexpr float kMasked = -1e30f;
+constexpr float kLog2e = 1.44269504088896341f;
+
+unsigned g_stage_mask = 0;
+
+/// 2^x. vreduceps gives f = x − floor(x) ∈ [0, 1), a degree-5 polynomial 2^f (relative error
+/// 9.5e-8, fitted on [0, 1) with the constant pinned to 1 so that 2^0 = 1 exactly: an unchanged
+/// row max rescales nothing), and vscalefps multiplies by 2^floor(x) of its own second operand:
+/// 7 ops, no range clamps (overflow → inf, underflow → 0).
+inline __m512 exp2v(__m512 x) {
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(0.0018671303987503052f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009017028845846653f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05579991266131401f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24016444385051727f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931512951850891f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, x);
+}
+
+/// Per-thread tile state, grown on demand and reused across items and calls.
+struct Scratch {
+  std::vector<float> o, lsum, qf, pf, m2, alpha;
+  std::vector<uint16_t> qb, pb;
+  std::vector<int32_t> lo, hi;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+/// What the micro-kernels of one item share.
+struct Ctx {
+  const uint16_t* qb;  // [rows][d] bf16 (bf16 tiles)
+  const float* qf;     // [rows][d] fp32 (fp32 tiles)
+  int d, dvp;
+  uint16_t* pb;        // [rows][64] P as bf16
+  float* pf;           // [rows][64] P as fp32
+  float* o;            // [rows][dvp]
+  float* lsum;         // [rows][16] running sums, 16 lanes per row
+  float* m2;           // [rows] running max of logit·log2(e)
+  float* alpha;        // [rows] rescale of O for this tile
+  const int32_t* lo;   // [rows] first visible key
+  const int32_t* hi;   // [rows] last visible key
+  float c;             // scale·k_scale·log2(e)
+  float cap_in, cap_out;  // soft-cap: exp2 argument factor and cap·log2(e)
+};
+
+/// S for rows r0..r0+3 and key vectors j0..j0+NV−1 of the tile, then the softmax step.
+template <bool Bf16, int NV, bool Mask, bool Cap>
+void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) {
+  __m512 acc[R][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  if (!(g_stage_mask & kSkipQk)) {
+    if constexpr (Bf16) {
+      const uint32_t* q = reinterpret_cast<const uint32_t*>(cx.qb) + int64_t(r0) * (cx.d / 2);
+      const __m512i* kt = reinterpret_cast<const __m512i*>(ktile) + j0;
+      const int pairs = cx.d / 2, ldq = cx.d / 2;
+#pragma GCC unroll 2
+      for (int i = 0; i < pairs; ++i) {
+        __m512i kv[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) kv[v] = _mm512_load_si512(kt + i * 4 + v);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const __m512bh qp = (__m512bh)_mm512_set1_epi32(int(q[r * ldq + i]));
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qp, (__m512bh)kv[v]);
+        }
+      }
+    } else {
+      const float* q = cx.qf + int64_t(r0) * cx.d;
+      const float* kt = reinterpret_cast<const float*>(ktile) + j0 * 16;
+#pragma GCC unroll 2
+      for (int x = 0; x < cx.d; ++x) {
+        __m512 kv[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) kv[v] = _mm512_load_ps(kt + x * kTileKeys + v * 16);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const __m512 qx = _mm512_set1_ps(q[r * cx.d + x]);
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(qx, kv[v], acc[r][v]);
+        }
+      }
+    }
+  }
+
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512 mx[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const int row = r0 + r;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      __m512& t = acc[r][v];  // scores become logits·log2(e) in place
+      if constexpr (Cap) {  // cap·tanh(s·scale/cap) = cap·(1 − 2/(e^{2s·scale/cap} + 1)), times log2(e)
+        const __m512 e = exp2v(_mm512_mul_ps(t, _mm512_set1_ps(cx.cap_in)));
+        const __m512 co = _mm512_set1_ps(cx.cap_out);
+        t = _mm512_sub_ps(co, _mm512_div_ps(_mm512_add_ps(co, co), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+      } else {
+        t = _mm512_mul_ps(t, _mm512_set1_ps(cx.c));
+      }
+      if constexpr (Mask) {
+        const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(key0 + (j0 + v) * 16), iota);
+        const __mmask16 ok = _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(cx.lo[row]), _MM_CMPINT_NLT) &
+                             _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(cx.hi[row]), _MM_CMPINT_LE);
+        t = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), ok, t);
+      }
+    }
+    mx[r] = acc[r][0];
+#pragma GCC unroll 16
+    for (int v = 1; v < NV; ++v) mx[r] = _mm512_max_ps(mx[r], acc[r][v]);
+  }
+  if (g_stage_mask & kSkipSoftmax) {  // measurement only: scores straight to P
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      cx.alpha[r0 + r] = 1.0f;
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        if constexpr (Bf16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(cx.pb + (r0 + r) * kTileKeys + (j0 + v) * 16),
+                              (__m256i)_mm512_cvtneps_pbh(acc[r][v]));
+        else
+          _mm512_storeu_ps(cx.pf + (r0 + r) * kTileKeys + (j0 + v) * 16, acc[r][v]);
+      }
+    }
+    return;
+  }
+  // The 4 row maxima at once (transpose-reduce: 13 ops instead of 4 horizontal reductions),
+  // then the running max, alpha and the subtrahend vectorized over the rows.
+  static_assert(R == 4);
+  const __m512 x01 = _mm512_max_ps(_mm512_unpacklo_ps(mx[0], mx[1]), _mm512_unpackhi_ps(mx[0], mx[1]));
+  const __m512 x23 = _mm512_max_ps(_mm512_unpacklo_ps(mx[2], mx[3]), _mm512_unpackhi_ps(mx[2], mx[3]));
+  __m512 z = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x01), _mm512_castps_pd(x23))),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x01), _mm512_castps_pd(x23))));
+  z = _mm512_max_ps(z, _mm512_shuffle_f32x4(z, z, 0xb1));
+  z = _mm512_max_ps(z, _mm512_shuffle_f32x4(z, z, 0x4e));
+  const __m128 m_old = _mm_loadu_ps(cx.m2 + r0);
+  const __m128 m_new = _mm_max_ps(m_old, _mm512_castps512_ps128(z));
+  // A row that has seen nothing yet keeps weight 0: subtracting +1e30 sends its −1e30 logits
+  // to exactly 0, and its alpha is 2^0 = 1 (m_old = m_new = −1e30), all without a branch.
+  const __m128 dead = _mm_cmp_ps(m_new, _mm_set1_ps(0.5f * kMasked), _CMP_LE_OQ);
+  alignas(16) float sub[R], al[R];
+  _mm_store_ps(sub, _mm_blendv_ps(m_new, _mm_set1_ps(-kMasked), dead));
+  _mm_store_ps(al, _mm512_castps512_ps128(exp2v(_mm512_zextps128_ps512(_mm_sub_ps(m_old, m_new)))));
+  _mm_storeu_ps(cx.m2 + r0, m_new);
+  _mm_storeu_ps(cx.alpha + r0, _mm_load_ps(al));
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const int row = r0 + r;
+    const __m512 mv = _mm512_set1_ps(sub[r]);
+    __m512 p[NV];
+    __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      p[v] = exp2v(_mm512_sub_ps(acc[r][v], mv));
+      sum = _mm512_add_ps(sum, p[v]);
+    }
+    float* ls = cx.lsum + row * 16;
+    _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(al[r]), sum));
+    if constexpr (Bf16) {
+      uint16_t* pr = cx.pb + row * kTileKeys + j0 * 16;
+      int v = 0;
+#pragma GCC unroll 16
+      for (; v + 2 <= NV; v += 2)
+        _mm512_storeu_si512(pr + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
+      if (v < NV) _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), (__m256i)_mm512_cvtneps_pbh(p[v]));
+    } else {
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(cx.pf + row * kTileKeys + (j0 + v) * 16, p[v]);
+    }
+  }
+}
+
+/// O[rows r0..r0+3, dim vectors c0..c0+C−1] = O·alpha + P·V over keys [k0, k1) of the tile (k0, k1 even).
+template <bool Bf16, int C>
+void pv(const Ctx& cx, int r0, const char* vtile, int c0, int k0, int k1) {
+  __m512 acc[R][C];
+  // Once the row maxima settle, alpha is exactly 1 for most tiles: skip the multiplies, which
+  // compete with the dot products for the same ports.
+  const bool rescale = _mm_movemask_ps(_mm_cmpneq_ps(_mm_loadu_ps(cx.alpha + r0), _mm_set1_ps(1.0f))) != 0;
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 al = _mm512_set1_ps(cx.alpha[r0 + r]);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm512_loadu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16);
+      if (rescale) acc[r][c] = _mm512_mul_ps(acc[r][c], al);
+    }
+  }
+  if (!(g_stage_mask & kSkipPv)) {
+    if constexpr (Bf16) {
+      const int nvd = cx.dvp / 16;
+      const __m512i* vt = reinterpret_cast<const __m512i*>(vtile) + c0;
+      const uint32_t* p = reinterpret_cast<const uint32_t*>(cx.pb) + r0 * (kTileKeys / 2);
+#pragma GCC unroll 2
+      for (int kp = k0 / 2; kp < k1 / 2; ++kp) {
+        __m512i vv[C];
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) vv[c] = _mm512_load_si512(vt + kp * nvd + c);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const __m512bh pp = (__m512bh)_mm512_set1_epi32(int(p[r * (kTileKeys / 2) + kp]));
+#pragma GCC unroll 16
+          for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pp, (__m512bh)vv[c]);
+        }
+      }
+    } else {
+      const float* vt = reinterpret_cast<const float*>(vtile) + c0 * 16;
+      const float* p = cx.pf + r0 * kTileKeys;
+#pragma GCC unroll 2
+      for (int k = k0; k < k1; ++k) {
+        __m512 vv[C];
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) vv[c] = _mm512_load_ps(vt + k * cx.dvp + c * 16);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const __m512 pk = _mm512_set1_ps(p[r * kTileKeys + k]);
+#pragma GCC unroll 16
+          for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(pk, vv[c], acc[r][c]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16, acc[r][c]);
+}
+
+/// Normalizes and writes the item's rows: the sink as one more logit in the denominator, 1/l,
+/// the V scale; vectorized, since with short windows (gpt-oss: 128 keys) a scalar row store
+/// costs a sizeable share of an item.
+void store_rows(const KernelArgs& a, const Ctx& cx, int rows, int64_t tok0, int kv_head) {
+  constexpr float kLn2 = 0.693147180559945309f;
+  const int g = a.group, dv = a.head_size_v;
+  const float vscale = a.kv.v_scales[kv_head] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  for (int r = 0; r < rows; ++r) {
+    const int head = kv_head * g + r % g;
+    const float l = _mm512_reduce_add_ps(_mm512_loadu_ps(cx.lsum + r * 16));
+    const float m = cx.m2[r] * kLn2;  // natural-log units, like the sink logit
+    float factor;
+    if (a.sinks) {
+      const float sink = a.sinks[head], mm = std::max(m, sink), w = std::exp(m - mm);
+      factor = w / (l * w + std::exp(sink - mm));
+    } else {
+      factor = l > 0 ? 1.0f / l : 0.0f;  // fully masked row -> 0
+    }
+    const __m512 f = _mm512_set1_ps(factor * vscale);
+    const int64_t base = (tok0 + r / g) * a.o_tok_stride + int64_t(head) * a.o_head_stride;
+    const float* o = cx.o + int64_t(r) * cx.dvp;
+    for (int x = 0; x < dv; x += 16) {
+      const __mmask16 k = dv - x >= 16 ? __mmask16(0xffff) : __mmask16((1u << (dv - x)) - 1);
+      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(o + x), f);
+      if (a.out_dtype == DType::float32)
+        _mm512_mask_storeu_ps(static_cast<float*>(a.out) + base + x, k, v);
+      else if (a.out_dtype == DType::bfloat16)
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(a.out) + base + x, k, (__m256i)_mm512_cvtneps_pbh(v));
+      else
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(a.out) + base + x, k,
+                                 _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+  }
+}
+
+using QkFn = void (*)(const Ctx&, int, const char*, int, int32_t);
+using PvFn = void (*)(const Ctx&, int, const char*, int, int, int);
+
+/// [bf16][cap][mask][NV − 1]
+template <bool Bf16, bool Cap, bool Mask>
+constexpr std::array<QkFn, 4> qk_row() {
+  return {&qk_softmax<Bf16, 1, Mask, Cap>, &qk_softmax<Bf16, 2, Mask, Cap>, &qk_softmax<Bf16, 3, Mask, Cap>,
+          &qk_softmax<Bf16, 4, Mask, Cap>};
+}
+template <bool Bf16>
+constexpr std::array<PvFn, 4> pv_row() {
+  return {&pv<Bf16, 1>, &pv<Bf16, 2>, &pv<Bf16, 3>, &pv<Bf16, 4>};
+}
+
+template <bool Bf16>
+void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const char* buf) {
+  static constexpr std::array<std::array<std::array<QkFn, 4>, 2>, 2> kQk = {{
+      {{qk_row<Bf16, false, false>(), qk_row<Bf16, false, true>()}},
+      {{qk_row<Bf16, true, false>(), qk_row<Bf16, true, true>()}},
+  }};
+  static constexpr std::array<PvFn, 4> kPv = pv_row<Bf16>();
+
+  const int g = a.group, d = a.head_size, dvp = L.dv_pad;
+  const int rows = item_rows(it, g), rp = (rows + R - 1) / R * R;
+  const int s = it.seq, h = it.kv_head;
+  Scratch& sc = scratch();
+  sc.o.assign(std::size_t(rp) * dvp, 0.0f);
+  sc.lsum.assign(std::size_t(rp) * 16, 0.0f);
+  sc.m2.assign(std::size_t(rp), kMasked);
+  sc.alpha.assign(std::size_t(rp), 1.0f);
+  sc.lo.resize(std::size_t(rp)), sc.hi.resize(std::size_t(rp));
+  // Real Q rows are overwritten below; only the padding rows need their zeros.
+  if constexpr (Bf16) {
+    sc.qb.resize(std::size_t(rp) * d), sc.pb.resize(std::size_t(rp) * kTileKeys);
+    std::fill(sc.qb.begin() + std::ptrdiff_t(rows) * d, sc.qb.end(), uint16_t(0));
+  } else {
+    sc.qf.resize(std::size_t(rp) * d), sc.pf.resize(std::size_t(rp) * kTileKeys);
+    std::fill(sc.qf.begin() + std::ptrdiff_t(rows) * d, sc.qf.end(), 0.0f);
+  }
+
+  const int64_t tok0 = a.query_start_loc[s] + it.q_begin;
+  const int32_t seq_len = a.seq_lens[s];
+  const int32_t first_pos = seq_len - (a.query_start_loc[s + 1] - a.query_start_loc[s]) + it.q_begin;
+  for (int r = 0; r < rp; ++r) {
+    // Padding rows repeat the last real row's range (their zero q gives finite scores, and
+    // they never add masks of their own); they are never stored.
+    const int32_t pos = first_pos + std::min(r, rows - 1) / g;
+    sc.hi[std::size_t(r)] = a.causal ? std::min(pos, seq_len - 1) : seq_len - 1;
+    sc.lo[std::size_t(r)] = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
+    if (r >= rows) continue;
+    const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
+    if constexpr (Bf16) {
+      const uint16_t* src = static_cast<const uint16_t*>(a.q) + e;
+      std::copy(src, src + d, sc.qb.data() + int64_t(r) * d);
+    } else {
+      for (int x = 0; x < d; ++x) sc.qf[std::size_t(r) * d + x] = load_as_float(a.q, a.q_dtype, e + x);
+    }
+  }
+
+  Ctx cx;
+  cx.qb = sc.qb.data(), cx.qf = sc.qf.data(), cx.d = d, cx.dvp = dvp;
+  cx.pb = sc.pb.data(), cx.pf = sc.pf.data(), cx.o = sc.o.data(), cx.lsum = sc.lsum.data();
+  cx.m2 = sc.m2.data(), cx.alpha = sc.alpha.data(), cx.lo = sc.lo.data(), cx.hi = sc.hi.data();
+  const float kscale = a.scale * a.kv.k_scales[h] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  cx.c = kscale * kLog2e;
+  const bool cap = a.soft_cap > 0;
+  if (cap) cx.cap_in = 2.0f * kscale / a.soft_cap * kLog2e, cx.cap_out = a.soft_cap * kLog2e;
+
+  const PackLayout::Group& grp = L.group(s, h, a.num_kv_heads);
+  const int64_t tile_bytes = L.k_tile_bytes + L.v_tile_bytes;
+  // The item's key range, tightened to what its rows can see.
+  const int32_t kb = std::max(it.kv_begin, sc.lo[0]), ke = std::min(it.kv_end, sc.hi[std::size_t(rp - 1)] + 1);
+  const int nvd = dvp / 16;
+  for (int32_t t = kb / kTileKeys; t * kTileKeys < ke; ++t) {
+    const int32_t key0 = t * kTileKeys;
+    const char* kt = buf + grp.offset + int64_t(t - grp.tile0) * tile_bytes;
+    const char* vt = kt + L.k_tile_bytes;
+    const int j0 = (std::max(kb, key0) - key0) / 16;
+    const int j1 = (std::min(ke, key0 + kTileKeys) - key0 + 15) / 16;
+    const int32_t first = key0 + j0 * 16, last = key0 + j1 * 16 - 1;
+    for (int r0 = 0; r0 < rp; r0 += R) {
+      // Rows grow in position, so the micro-tile's tightest bounds are its first row's last
+      // key and its last row's first key.
+      const bool mask = sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > first;
+      kQk[cap][mask][j1 - j0 - 1](cx, r0, kt, j0, key0);
+    }
+    for (int r0 = 0; r0 < rp; r0 += R)
+      for (int c0 = 0; c0 < nvd; c0 += 4) kPv[std::min(4, nvd - c0) - 1](cx, r0, vt, c0, j0 * 16, j1 * 16);
+  }
+
+  store_rows(a, cx, rows, tok0, h);
+}
+
+}  // namespace
+
+void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkItem& it, const char* buf) {
+  if (layout.bf16)
+    run<true>(a, layout, it, buf);
+  else
+    run<false>(a, layout, it, buf);
+}
+
+void set_stage_mask_for_measurement(unsigned mask) { g_stage_mask = mask; }
+unsigned stage_mask_for_measurement() { return g_stage_mask; }
+
+}  // namespace attn::cpu_flash::prefill
