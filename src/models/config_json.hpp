@@ -4,6 +4,8 @@
 // of any value that never recurses without bound.
 #include <nlohmann/json.hpp>
 
+#include "attn/limits.hpp"
+
 #include <cstddef>
 #include <string>
 
@@ -14,7 +16,7 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t(16) << 20;
 /// Deepest nesting accepted (HF configs nest 3-4 levels: rope_scaling, quantization_config).
 inline constexpr int kMaxConfigDepth = 64;
 /// Most layers a model may declare; it bounds every per-layer allocation a config can request.
-inline constexpr int kMaxLayers = 4096;
+inline constexpr int kMaxLayers = limits::kMaxLayers;
 
 /// Parses `text` as the config of model `model`. Throws attn::Error for an oversize file, too
 /// deep nesting, invalid JSON or a number out of range, naming the field (dotted path) it was in.

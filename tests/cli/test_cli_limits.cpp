@@ -114,14 +114,14 @@ TEST(CliLimits, HeadDimBeyondEveryBackendIsRefused) {
 }
 
 TEST(CliLimits, MlaDimsNearIntMaxNameTheDim) {
-  // The sum stays at INT_MAX: the config reader adds the two before attn's checks see them.
+  // Dims near INT_MAX: the config reader bounds their sum before anything adds them in int.
   json cfg = {{"architectures", {"DeepseekV2ForCausalLM"}}, {"model_type", "deepseek_v2"}, {"hidden_size", 256},
               {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
               {"kv_lora_rank", 1 << 30}, {"qk_rope_head_dim", (1 << 30) - 1}, {"qk_nope_head_dim", 128}, {"v_head_dim", 128},
               {"torch_dtype", "bfloat16"}};
   const CliResult r = run_on(cfg, "plan");
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.err.find("kv_lora_rank=1073741824"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'kv_lora_rank'=1073741824"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("head_size="), std::string::npos) << r.err;
 }
 

@@ -52,10 +52,6 @@ TEST_P(FuzzReplay, SeedCorpusRunsClean) {
 
 TEST_P(FuzzReplay, SavedCrashInputsRunClean) { replay(GetParam(), inputs("regressions", GetParam().name)); }
 
-// Inputs that crash in code whose fix is on its way from another branch (awaiting_fix/<harness>/,
-// each named after the file it crashes in). Run with --gtest_also_run_disabled_tests under the
-// ASan build to check the fix, then move the files to regressions/.
-TEST_P(FuzzReplay, DISABLED_AwaitingFixRunClean) { replay(GetParam(), inputs("awaiting_fix", GetParam().name)); }
 
 TEST_P(FuzzReplay, EmptyAndTinyInputsRunClean) {
   const uint8_t bytes[] = {0xff, 0x00, 0x7f, 0x80};
