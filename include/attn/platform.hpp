@@ -10,7 +10,7 @@ namespace attn {
 enum class PlatformKind : uint8_t { cpu, cuda };
 
 /// CPU ISA features attn cares about.
-enum class CpuFeature : uint8_t { avx2, fma, avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16, avx512_vnni, amx_bf16, amx_tile, neon };
+enum class CpuFeature : uint8_t { avx2, fma, avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16, avx512_vnni, amx_bf16, amx_tile, neon, avx512_vbmi };
 std::string_view to_string(CpuFeature f);
 const std::vector<CpuFeature>& all_cpu_features();
 

@@ -21,7 +21,8 @@ const detail::NameTable<CpuFeature>& feature_table() {
   static const detail::NameTable<F> t = {
       {F::avx2, "avx2"}, {F::fma, "fma"}, {F::avx512f, "avx512f"}, {F::avx512bw, "avx512bw"},
       {F::avx512vl, "avx512vl"}, {F::avx512_bf16, "avx512_bf16"}, {F::avx512_fp16, "avx512_fp16"},
-      {F::avx512_vnni, "avx512_vnni"}, {F::amx_bf16, "amx_bf16"}, {F::amx_tile, "amx_tile"}, {F::neon, "neon"}};
+      {F::avx512_vnni, "avx512_vnni"}, {F::amx_bf16, "amx_bf16"}, {F::amx_tile, "amx_tile"}, {F::neon, "neon"},
+      {F::avx512_vbmi, "avx512_vbmi"}};
   return t;
 }
 
@@ -66,6 +67,7 @@ Platform detect_x86() {
       if (b & (1u << 30)) p.features.push_back(F::avx512bw);
       if (b & (1u << 31)) p.features.push_back(F::avx512vl);
       if (c & (1u << 11)) p.features.push_back(F::avx512_vnni);
+      if (c & (1u << 1)) p.features.push_back(F::avx512_vbmi);
       if (d & (1u << 23)) p.features.push_back(F::avx512_fp16);
     }
     if (os_amx) {

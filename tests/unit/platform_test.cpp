@@ -98,7 +98,7 @@ TEST(Platform, DetectedCudaWithoutModuleOrDeviceSaysWhy) {
 TEST(Platform, FeatureNames) {
   EXPECT_EQ(to_string(F::avx512_bf16), "avx512_bf16");
   EXPECT_EQ(to_string(F::amx_tile), "amx_tile");
-  EXPECT_EQ(all_cpu_features().size(), 11u);
+  EXPECT_EQ(all_cpu_features().size(), 12u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
+#include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/isa.hpp"
 #include "backends/cpu_flash/plan.hpp"
@@ -54,10 +55,14 @@ class CpuFlashImpl final : public AttentionImpl {
     const Plan plan = make_plan(md, PlanShape{a.group, a.num_kv_heads, a.head_size_v, a.window, a.causal});
     std::vector<float> partials(std::size_t(plan.partial_floats));
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
+    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size);
     const int threads = p_.num_threads > 0 ? p_.num_threads : omp_get_max_threads();
     const int64_t n = int64_t(plan.items.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) fn(a, plan.items[std::size_t(i)], partials.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const WorkItem& it = plan.items[std::size_t(i)];
+      (decode && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials.data());
+    }
     if (!plan.merges.empty()) run_merges(a, plan, partials.data(), threads);
   }
 

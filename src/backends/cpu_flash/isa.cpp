@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "attn/error.hpp"
+#include "backends/cpu_flash/decode.hpp"
 
 namespace attn::cpu_flash {
 
@@ -43,6 +44,23 @@ ItemFn kernel_for(Isa isa, KvType kv, DType q) {
   if (isa == Isa::avx2) return kernels_avx2().by_kv[k];
 #endif
   return kernels_generic().by_kv[k];
+}
+
+namespace {
+bool has_vbmi() {
+  static const bool yes = detect_cpu().has(CpuFeature::avx512_vbmi);
+  return yes;
+}
+}  // namespace
+
+ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size) {
+#if defined(__x86_64__) || defined(_M_X64)
+  const bool bf16_dot = isa == Isa::avx512_bf16 && q == DType::bfloat16;
+  if (bf16_dot && kv == KvType::e4m3 && head_size % 64 == 0 && decode_head_size(head_size) && has_vbmi())
+    return decode_kernel_avx512_e4m3_dot();
+  if (isa >= Isa::avx512 && decode_head_size(head_size)) return decode_kernel_avx512(kv, bf16_dot && kv == KvType::bf16);
+#endif
+  return nullptr;
 }
 
 }  // namespace attn::cpu_flash

@@ -80,6 +80,8 @@ const KernelTable& kernels_avx512();
 const KernelTable& kernels_avx512_bf16();
 #endif
 
+/// What an output row is multiplied by: the sink, 1/l (0 for a fully masked row) and the V scale.
+float row_factor(const KernelArgs& a, int head, float m, float l);
 /// Normalizes one output row (sink, 1/l, V scale) and stores it converted to the out dtype.
 void store_row(const KernelArgs& a, int64_t token, int head, const float* o, float m, float l);
 

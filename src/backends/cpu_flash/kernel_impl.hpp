@@ -75,10 +75,17 @@ struct QkF32 {
   }
 };
 
+/// Visible keys of each row in the current chunk, [lo, hi); null when every row sees all keys.
+/// Masked keys are skipped in P·V rather than weighted by 0, since 0·NaN = NaN.
+struct RowSpans {
+  const int* lo = nullptr;
+  const int* hi = nullptr;
+};
+
 /// O[RB rows, DC vectors from column c0] = O·alpha + P·V over n keys.
 template <class S, KvType T, int RB, int DC, bool Tail>
 void pv_block(float* o, int ldo, const float* alpha, const float* p, int ldp, const void* const* v, int n, int c0,
-              int tail_n) {
+              int tail_n, RowSpans spans) {
   using F = typename S::F;
   F acc[RB * DC];
   for (int i = 0; i < RB; ++i) {
@@ -93,6 +100,7 @@ void pv_block(float* o, int ldo, const float* alpha, const float* p, int ldp, co
       vv[j] = (Tail && j == DC - 1) ? S::template load_kv_tail<T>(pj, tail_n) : S::template load_kv<T>(pj);
     }
     for (int i = 0; i < RB; ++i) {
+      if (spans.lo && (t < spans.lo[i] || t >= spans.hi[i])) continue;
       const F pb = S::set1(p[i * ldp + t]);
       for (int j = 0; j < DC; ++j) acc[i * DC + j] = S::fma(pb, vv[j], acc[i * DC + j]);
     }
@@ -104,16 +112,16 @@ void pv_block(float* o, int ldo, const float* alpha, const float* p, int ldp, co
 /// Picks the compile-time vector count (DC) for `nvec` columns by recursion from the largest.
 template <class S, KvType T, int RB, int DC>
 void pv_dispatch(int nvec, bool tail, float* o, int ldo, const float* alpha, const float* p, int ldp,
-                 const void* const* v, int n, int c0, int tail_n) {
+                 const void* const* v, int n, int c0, int tail_n, RowSpans spans) {
   if constexpr (DC >= 1) {
     if (nvec == DC) {
       if (tail)
-        pv_block<S, T, RB, DC, true>(o, ldo, alpha, p, ldp, v, n, c0, tail_n);
+        pv_block<S, T, RB, DC, true>(o, ldo, alpha, p, ldp, v, n, c0, tail_n, spans);
       else
-        pv_block<S, T, RB, DC, false>(o, ldo, alpha, p, ldp, v, n, c0, tail_n);
+        pv_block<S, T, RB, DC, false>(o, ldo, alpha, p, ldp, v, n, c0, tail_n, spans);
       return;
     }
-    pv_dispatch<S, T, RB, DC - 1>(nvec, tail, o, ldo, alpha, p, ldp, v, n, c0, tail_n);
+    pv_dispatch<S, T, RB, DC - 1>(nvec, tail, o, ldo, alpha, p, ldp, v, n, c0, tail_n, spans);
   }
 }
 
@@ -121,6 +129,7 @@ void pv_dispatch(int nvec, bool tail, float* o, int ldo, const float* alpha, con
 struct Scratch {
   std::vector<float> qf, s, o, state;
   std::vector<uint16_t> qb;
+  std::vector<int> span;  // per row: first and one-past-last visible key of the chunk
 };
 inline Scratch& scratch() {
   thread_local Scratch sc;
@@ -139,6 +148,9 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   sc.s.resize(std::size_t(rp) * kChunk);
   sc.o.assign(std::size_t(rp) * ldo, 0.0f);
   sc.state.resize(std::size_t(rp) * 3);
+  sc.span.resize(std::size_t(rp) * 2);
+  int* span_lo = sc.span.data();
+  int* span_hi = span_lo + rp;
   float* m = sc.state.data();
   float* l = m + rp;
   float* alpha = l + rp;
@@ -219,11 +231,15 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
         const float slope = a.alibi_slopes[h * g + r % g];
         for (int j = 0; j < n; ++j) sr[j] += slope * float(c + j - pos);
       }
+      span_lo[r] = 0, span_hi[r] = n;
       if (need_mask) {
         for (int j = 0; j < n; ++j) {
           const int32_t key = c + j;
           if ((a.causal && key > pos) || (a.window > 0 && key <= pos - a.window)) sr[j] = kNegInf;
         }
+        // Causal and window masks leave an interval of keys visible.
+        if (a.causal) span_hi[r] = std::clamp(pos + 1 - c, 0, n);
+        if (a.window > 0) span_lo[r] = std::clamp(pos - a.window + 1 - c, 0, n);
       }
       for (int j = n; j < kChunk; ++j) sr[j] = kNegInf;
 
@@ -247,16 +263,19 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       l[r] = l[r] * alpha[r] + S::hsum(sum);
       m[r] = m_new;
     }
-    for (int r = rows; r < rp; ++r)
+    for (int r = rows; r < rp; ++r) {
       for (int j = 0; j < kChunk; ++j) sbuf[r * kChunk + j] = 0.0f;
+      span_lo[r] = span_hi[r] = 0;
+    }
 
     const int nvec = (dv + S::W - 1) / S::W, tail_n = dv % S::W;
     for (int r0 = 0; r0 < rp; r0 += RB) {
       for (int v0 = 0; v0 < nvec; v0 += DCmax) {
         const int cnt = std::min(DCmax, nvec - v0);
         const bool tail = tail_n != 0 && v0 + cnt == nvec;
+        const RowSpans spans = need_mask ? RowSpans{span_lo + r0, span_hi + r0} : RowSpans{};
         pv_dispatch<S, T, RB, DCmax>(cnt, tail, obuf + int64_t(r0) * ldo, ldo, alpha + r0, sbuf + r0 * kChunk, kChunk, vp,
-                                     n, v0 * S::W, tail_n);
+                                     n, v0 * S::W, tail_n, spans);
       }
     }
   }

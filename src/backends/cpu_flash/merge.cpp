@@ -26,7 +26,7 @@ KvType kv_type_of(DType d) {
               " invalid: expected one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (cpu_flash)");
 }
 
-void store_row(const KernelArgs& a, int64_t token, int head, const float* o, float m, float l) {
+float row_factor(const KernelArgs& a, int head, float m, float l) {
   const int kvh = head / a.group;
   float factor;
   if (a.sinks) {
@@ -38,7 +38,11 @@ void store_row(const KernelArgs& a, int64_t token, int head, const float* o, flo
   } else {
     factor = l > 0 ? 1.0f / l : 0.0f;  // fully masked row -> 0
   }
-  factor *= a.kv.v_scales[kvh] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  return factor * a.kv.v_scales[kvh] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+}
+
+void store_row(const KernelArgs& a, int64_t token, int head, const float* o, float m, float l) {
+  const float factor = row_factor(a, head, m, l);
   const int64_t base = token * a.o_tok_stride + int64_t(head) * a.o_head_stride;
   const int dv = a.head_size_v;
   switch (a.out_dtype) {

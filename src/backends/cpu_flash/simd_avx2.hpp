@@ -53,9 +53,10 @@ struct Simd {
   template <KvType T>
   static F load_kv_tail(const void*, int) { return zero(); }  // never called: sizes are multiples of 8
 
-  /// exp(x), 0 for x = -inf. Cephes polynomial; 2^n built in the exponent field (x clamped so
-  /// n stays a normal exponent).
+  /// exp(x), 0 for x = -inf, NaN for NaN (a NaN score must not become a finite weight). Cephes
+  /// polynomial; 2^n built in the exponent field (x clamped so n stays a normal exponent).
   static F exp(F x) {
+    const F nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), x0 = x;
     const F live = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
     const F n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -69,7 +70,7 @@ struct Simd {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    return _mm256_blendv_ps(_mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(e))), x0, nan);
   }
 
   /// out[i] = sum(acc[i]) for 8 vectors: a horizontal-add tree.

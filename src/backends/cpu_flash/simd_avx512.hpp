@@ -63,9 +63,11 @@ struct Simd {
     return _mm512_cvtph_ps(_mm256_or_si256(s, em));
   }
 
-  /// exp(x), 0 for x = -inf. Cephes polynomial on the reduced argument; vscalefps applies 2^n
-  /// without overflow tricks.
+  /// exp(x), 0 for x = -inf, NaN for NaN (a NaN score must not become a finite weight). Cephes
+  /// polynomial on the reduced argument; vscalefps applies 2^n without overflow tricks.
   static F exp(F x) {
+    const Mask nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const F x0 = x;
     const Mask live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.72f));
     const F n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -79,7 +81,7 @@ struct Simd {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+    return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n)), nan, x0);
   }
 
   /// Sums of 16 vectors into one: out[i] = sum(acc[i]). A transpose-add tree, 3 ops per sum

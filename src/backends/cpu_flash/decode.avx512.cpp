@@ -1,0 +1,20 @@
+// AVX-512 (+BF16) build of the decode kernel; see decode_impl.hpp.
+#define ATTN_CF_NS avx512_decode
+#define ATTN_CF_VBMI 0
+#include "backends/cpu_flash/decode_impl.hpp"
+
+namespace attn::cpu_flash {
+
+ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
+  using namespace avx512_decode;
+  switch (kv) {
+    case KvType::bf16: return bf16_dot ? &run_item<KvType::bf16, true> : &run_item<KvType::bf16, false>;
+    case KvType::f16: return &run_item<KvType::f16, false>;
+    case KvType::f32: return &run_item<KvType::f32, false>;
+    case KvType::e4m3: return &run_item<KvType::e4m3, false>;
+    case KvType::e5m2: return &run_item<KvType::e5m2, false>;
+  }
+  return nullptr;
+}
+
+}  // namespace attn::cpu_flash

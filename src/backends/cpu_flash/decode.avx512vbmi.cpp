@@ -1,0 +1,11 @@
+// AVX-512 + BF16 + VBMI build of the decode kernel: e4m3 caches through byte-table lookups
+// into bf16, then vdpbf16ps for both products; see decode_impl.hpp.
+#define ATTN_CF_NS avx512vbmi_decode
+#define ATTN_CF_VBMI 1
+#include "backends/cpu_flash/decode_impl.hpp"
+
+namespace attn::cpu_flash {
+
+ItemFn decode_kernel_avx512_e4m3_dot() { return &avx512vbmi_decode::run_item<KvType::e4m3, true>; }
+
+}  // namespace attn::cpu_flash

@@ -1,0 +1,23 @@
+#pragma once
+/// The decode kernel: work items of at most kDecodeMaxRows rows (one or a few query tokens × the
+/// GQA group) streaming a KV range. Built per ISA; the forward routes such items here when the
+/// build has a kernel for the cache type and head size, and the general kernel serves the rest.
+#include "backends/cpu_flash/head_sizes.hpp"
+#include "backends/cpu_flash/kernel_args.hpp"
+
+namespace attn::cpu_flash {
+
+inline constexpr int kDecodeMaxRows = 16;
+inline constexpr int kMaxHeadSizeDecode = kMaxHeadSize;
+
+/// Head sizes the decode kernels take: whole 32-element slices (one 64-byte line of bf16).
+constexpr bool decode_head_size(int d) { return d % 32 == 0 && d <= kMaxHeadSizeDecode; }
+
+#if defined(__x86_64__) || defined(_M_X64)
+/// AVX-512 decode kernel for a cache type; bf16_dot: Q·Kᵀ on vdpbf16ps (bf16 q and cache only).
+ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot);
+/// AVX-512 BF16 + VBMI decode kernel for e4m3 caches and bf16 q; head sizes multiple of 64.
+ItemFn decode_kernel_avx512_e4m3_dot();
+#endif
+
+}  // namespace attn::cpu_flash
