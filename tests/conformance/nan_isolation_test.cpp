@@ -266,8 +266,9 @@ void run_all(const std::string& backend, bool visible_nan) {
   const Platform& here = detect_cpu();
   int ran = 0;
   std::vector<std::string> fails;
-  const std::vector<std::pair<DType, KVCacheDType>> precisions = {
+  std::vector<std::pair<DType, KVCacheDType>> precisions = {
       {DType::bfloat16, KVCacheDType::auto_}, {DType::float32, KVCacheDType::auto_}, {DType::bfloat16, KVCacheDType::fp8_e4m3}};
+  if (sweep_from_env(SweepSize::normal) == SweepSize::quick) precisions.resize(1);  // sanitizer runs
   for (auto [io, kv] : precisions) {
     if (d->caps.mla) {
       for (const Scenario& sc : scenarios(dense_layer(io, kv))) {
