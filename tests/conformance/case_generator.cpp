@@ -55,6 +55,45 @@ std::vector<SeqShape> ragged_batch(std::mt19937_64& rng, SweepSize size, bool en
   return seqs;
 }
 
+// Contexts past one KV split (cpu_flash splits every 1024 keys): two decode-like rows that take
+// the split-KV path and a 40-token chunk that does not. Encoder layers see whole sequences.
+std::vector<SeqShape> beyond_one_split(std::mt19937_64& rng, bool encoder) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  if (encoder) return {{0, pick(1030, 1300)}};
+  return {{pick(1100, 2500), 1}, {pick(1030, 1600), pick(2, 4)}, {pick(1025, 1200), 40}};
+}
+
+// The production dtype (bf16 when declared) with every declared feature over long contexts, in
+// the default suite: the features meet the split-KV path and the merge. Quick runs keep the
+// plain case and all features combined.
+void add_beyond_one_split(const Capabilities& caps, const std::vector<DType>& dtypes, SweepSize size,
+                          std::mt19937_64& rng, const std::function<void(const std::string&, const std::function<void(CaseSpec&)>&)>& add) {
+  const DType dt = contains(dtypes, DType::bfloat16) ? DType::bfloat16 : dtypes.front();
+  const std::string tag = " beyond one split " + std::string(to_string(dt));
+  std::vector<std::pair<std::string, std::function<void(CaseSpec&)>>> features;
+  if (caps.sinks) features.push_back({"sinks", [](CaseSpec& s) { s.config.has_sink = true; }});
+  const int window = std::uniform_int_distribution<int>(1030, 1800)(rng);  // wider than a split
+  if (caps.sliding_window) features.push_back({"sliding_window", [=](CaseSpec& s) { s.config.sliding_window = window; }});
+  if (caps.soft_cap) features.push_back({"soft_cap", [](CaseSpec& s) { s.config.logits_soft_cap = 4.0f; }});
+  if (caps.alibi) features.push_back({"alibi", [](CaseSpec& s) { s.config.use_alibi = true; }});
+  if (caps.non_causal) features.push_back({"non_causal", [](CaseSpec& s) { s.config.use_non_causal = true; }});
+  auto long_case = [&](const std::string& label, const std::function<void(CaseSpec&)>& mutate) {
+    add(label + tag, [&](CaseSpec& s) {
+      s.config.dtype = dt;
+      mutate(s);
+      const AttnType t = s.config.attn_type;
+      s.seqs = beyond_one_split(rng, t == AttnType::encoder || t == AttnType::encoder_only);
+    });
+  };
+  long_case("plain", [](CaseSpec&) {});
+  if (size != SweepSize::quick)
+    for (const auto& [name, f] : features) long_case(name, f);
+  if (features.size() > 1)
+    long_case("all features", [&](CaseSpec& s) {
+      for (const auto& [name, f] : features) f(s);
+    });
+}
+
 }  // namespace
 
 SweepSize sweep_from_env(SweepSize fallback) {
@@ -129,7 +168,7 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
     s.alias_prefix = (out.size() % 3) == 1;  // every third case shares sequence 0's prefix blocks
     mutate(s);
     const AttnType t = s.config.attn_type;
-    s.seqs = ragged_batch(rng, size, t == AttnType::encoder || t == AttnType::encoder_only);
+    if (s.seqs.empty()) s.seqs = ragged_batch(rng, size, t == AttnType::encoder || t == AttnType::encoder_only);
     if (all_reasons(d, s.config, platform).empty()) out.push_back({s, label});
   };
   auto each_dtype = [&](int n, const std::string& label, const std::function<void(CaseSpec&)>& mutate) {
@@ -212,6 +251,7 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
       s.config.sliding_window = 7;
       s.config.logits_soft_cap = 6.0f;
     });
+  add_beyond_one_split(caps, dtypes, size, rng, add);
   add("explicit scale, contiguous tables", [](CaseSpec& s) {
     s.scale = 0.37f;
     s.permute_blocks = false;

@@ -25,9 +25,13 @@ std::vector<double> tensor_values(const Buffer& b) {
   return v;
 }
 
+CompareResult compare_values(const std::vector<double>& got, const std::vector<double>& ref, DType io, DType kv_storage) {
+  return compare_values(got, ref, tolerance(io, kv_storage, ref));
+}
+
 CompareResult compare_values(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol) {
   CompareResult r;
-  if (got.size() != ref.size()) return {false, 0, "size mismatch"};
+  if (got.size() != ref.size()) return {false, 0, 0, "size mismatch"};
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::abs(got[i] - ref[i]);
     if (!(e <= tol.atol + tol.rtol * std::abs(ref[i]))) {

@@ -59,6 +59,8 @@ std::vector<double> project_latent(const MlaCase& c, const std::vector<double>& 
 std::vector<double> tensor_values(const Buffer& b);
 /// max |a - b| and whether every |a - b| <= atol + rtol |b| (NaN fails).
 CompareResult compare_values(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol);
+/// The same under the tolerance table's rule for (io, kv_storage), scaled to this reference.
+CompareResult compare_values(const std::vector<double>& got, const std::vector<double>& ref, DType io, DType kv_storage);
 
 /// Block-sparse (Phi-3-small, homo-head) fp64 reference over a generic Case: query block qb sees
 /// key block kb iff kb <= qb and (qb - kb < bs_local_blocks or (kb + 1) % bs_vert_stride == 0).

@@ -9,16 +9,11 @@
 
 namespace attn::test {
 
-Tolerance tolerance(DType io, DType kv) {
-  // The reference sees exactly the values the cache holds (dequantized), so these bound only
-  // the kernel's own error: fp32 accumulation order, bf16 rounding of q for bf16 dot products
-  // (f32 inputs), and rounding of the output to the I/O dtype.
-  switch (io) {
-    case DType::float32: return kv == DType::float32 ? Tolerance{2e-5, 2e-5} : Tolerance{5e-3, 5e-3};
-    case DType::float16: return {2e-3, 2e-3};
-    case DType::bfloat16: return {1.2e-2, 1.2e-2};
-    default: return {0, 0};
-  }
+Tolerance tolerance(DType io, DType kv, const std::vector<double>& ref) {
+  double ref_max = 0;
+  for (double r : ref) ref_max = std::max(ref_max, std::fabs(r));
+  const ToleranceRule rule = tolerance_rule(io, kv);
+  return {rule.atol_of_max * ref_max, rule.rtol};
 }
 
 uint64_t fresh_seed() {
@@ -30,7 +25,7 @@ std::string CaseSpec::describe() const {
   std::ostringstream os;
   os << "seed=" << seed << " (rerun with ATTN_TEST_SEED=" << seed << ") block_size=" << block_size << " seqs=[";
   for (std::size_t i = 0; i < seqs.size(); ++i) os << (i ? " " : "") << seqs[i].context_len << "+" << seqs[i].query_len;
-  os << "] permute=" << permute_blocks << " alias=" << alias_prefix << " " << config.to_string();
+  os << "] permute=" << permute_blocks << " alias=" << alias_prefix << " planted=" << plant_keys << " " << config.to_string();
   return os.str();
 }
 
@@ -53,6 +48,42 @@ Buffer random_buffer(std::mt19937_64& rng, DType d, std::vector<int64_t> shape, 
   return b;
 }
 
+// Wide score range (CaseSpec::plant_keys). A planted key is c·range·dir[kv head] with c in
+// [0.8, 1]; every query of the head group gets q_bias·range·dir added, so a planted key scores
+// ~c·kPlantedScore for every query while the others stay around ±1.
+constexpr double kPlantedScore = 12;
+
+struct Planting {
+  std::vector<float> dir;  // [num_kv_heads, head_size], entries ±1
+  float q_bias = 0;
+};
+
+Planting make_planting(std::mt19937_64& rng, int Hkv, int D, double scale, float range) {
+  Planting p;
+  p.dir.resize(std::size_t(Hkv) * D);
+  for (float& x : p.dir) x = (rng() & 1) ? 1.0f : -1.0f;
+  // planted score ≈ scale·Σ_x (q_bias·range·dir_x)(range·dir_x) = scale·q_bias·range²·D
+  p.q_bias = float(std::min(4.0, kPlantedScore / (scale * double(range) * range * D)));
+  return p;
+}
+
+// One planted key in every 128 positions of [first, len), and the newest key half the time (it
+// is the decode query's own key, which a wrong causal mask drops).
+void plant_keys(std::mt19937_64& rng, const Planting& p, Buffer& k, int first, int len, int Hkv, int D, float range) {
+  std::uniform_real_distribution<float> c(0.8f, 1.0f);
+  for (int h = 0; h < Hkv; ++h) {
+    std::vector<int> at;
+    for (int j = 0; j < len; j += 128) at.push_back(j + int(rng() % uint64_t(std::min(128, len - j))));
+    if (rng() & 1) at.push_back(len - 1);
+    for (int t : at) {
+      if (t < first) continue;  // a shared prefix position: sequence 0 owns it
+      const float w = c(rng) * range;
+      for (int x = 0; x < D; ++x)
+        store_from_float(k.data(), k.dtype(), (int64_t(t) * Hkv + h) * D + x, w * p.dir[std::size_t(h) * D + x]);
+    }
+  }
+}
+
 }  // namespace
 
 Case make_case(const CaseSpec& spec, const std::string& backend) {
@@ -72,9 +103,14 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
   c.params.scale = spec.scale;
   c.params.num_threads = spec.num_threads;
   if (cfg.has_sink) {
+    // With planted keys the sink sits among their scores, so it visibly moves every output.
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-    for (int h = 0; h < H; ++h) c.params.sinks.push_back(u(rng));
+    const float shift = spec.plant_keys ? float(0.8 * kPlantedScore) : 0.0f;
+    for (int h = 0; h < H; ++h) c.params.sinks.push_back(shift + u(rng));
   }
+  Planting planting;
+  if (spec.plant_keys)
+    planting = make_planting(rng, Hkv, D, spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(double(D)), spec.value_range);
   c.impl = Registry::instance().create(backend, c.params);
 
   // Block tables: sequence 0 first; with alias_prefix, others reuse its full context blocks.
@@ -119,6 +155,7 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
     const int len = lens[s], first_new = shared[s] * bs;
     Buffer k = random_buffer(rng, io, {len, Hkv, D}, spec.value_range);
     Buffer v = random_buffer(rng, io, {len, Hkv, Dv}, spec.value_range);
+    if (spec.plant_keys) plant_keys(rng, planting, k, first_new, len, Hkv, D, spec.value_range);
     // Dense fp64 copies of what the cache will hold.
     auto& dk = c.dense_k[s];
     auto& dv = c.dense_v[s];
@@ -154,6 +191,14 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
   for (std::size_t s = 0; s < S; ++s) step.push_back({spec.seqs[s].context_len, spec.seqs[s].query_len, tables[s]});
   c.md = BatchMetadata::build(step, bs, total_blocks, cfg.causal());
   c.q = random_buffer(rng, io, {c.md.num_tokens, H, D}, spec.value_range);
+  if (spec.plant_keys)
+    for (int64_t t = 0; t < c.md.num_tokens; ++t)
+      for (int h = 0; h < H; ++h)
+        for (int x = 0; x < D; ++x) {
+          const int64_t i = (t * H + h) * D + x;
+          const float bias = planting.q_bias * spec.value_range * planting.dir[std::size_t(h / (H / Hkv)) * D + x];
+          store_from_float(c.q.data(), io, i, load_as_float(c.q.data(), io, i) + bias);
+        }
   c.out = Buffer(io, {c.md.num_tokens, H, Dv});
   return c;
 }
@@ -162,55 +207,6 @@ void run_forward(Case& c) {
   const int64_t n = c.out.view().numel();
   for (int64_t i = 0; i < n; ++i) store_from_float(c.out.data(), c.out.dtype(), i, std::numeric_limits<float>::quiet_NaN());
   c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view());
-}
-
-std::vector<double> reference_attention(const Case& c) {
-  const LayerConfig& cfg = c.params.config;
-  const int H = cfg.num_heads, Hkv = cfg.num_kv_heads, D = cfg.head_size, Dv = cfg.effective_head_size_v();
-  const int group = H / Hkv;
-  const double scale = c.params.scale > 0 ? c.params.scale : 1.0 / std::sqrt(double(D));
-  std::vector<float> slopes = c.params.alibi_slopes;
-  if (cfg.use_alibi && slopes.empty()) slopes = alibi_slopes(H);
-  std::vector<double> out(std::size_t(c.md.num_tokens) * H * Dv, 0.0);
-  for (int s = 0; s < c.md.num_seqs; ++s) {
-    const int len = c.md.seq_lens[s], ql = c.md.query_len(s), q0 = c.md.query_start_loc[s];
-    const auto& K = c.dense_k[std::size_t(s)];
-    const auto& V = c.dense_v[std::size_t(s)];
-    for (int i = 0; i < ql; ++i) {
-      const int qpos = len - ql + i;
-      for (int h = 0; h < H; ++h) {
-        const int kh = h / group;
-        std::vector<double> logits;
-        std::vector<int> keys;
-        for (int t = 0; t < len; ++t) {
-          if (c.md.causal && t > qpos) continue;
-          if (cfg.sliding_window > 0 && t <= qpos - cfg.sliding_window) continue;
-          double dot = 0;
-          for (int x = 0; x < D; ++x)
-            dot += double(load_as_float(c.q.data(), c.q.dtype(), (int64_t(q0 + i) * H + h) * D + x)) *
-                   K[(std::size_t(t) * Hkv + kh) * D + x];
-          double sc = dot * scale;
-          if (cfg.logits_soft_cap > 0) sc = cfg.logits_soft_cap * std::tanh(sc / cfg.logits_soft_cap);
-          if (cfg.use_alibi) sc += double(slopes[std::size_t(h)]) * double(t - qpos);
-          logits.push_back(sc);
-          keys.push_back(t);
-        }
-        double m = -std::numeric_limits<double>::infinity();
-        for (double l : logits) m = std::max(m, l);
-        if (cfg.has_sink) m = std::max(m, double(c.params.sinks[std::size_t(h)]));
-        double denom = cfg.has_sink ? std::exp(double(c.params.sinks[std::size_t(h)]) - m) : 0.0;
-        std::vector<double> acc(static_cast<std::size_t>(Dv), 0.0);
-        for (std::size_t j = 0; j < logits.size(); ++j) {
-          const double p = std::exp(logits[j] - m);
-          denom += p;
-          for (int x = 0; x < Dv; ++x) acc[std::size_t(x)] += p * V[(std::size_t(keys[j]) * Hkv + kh) * Dv + x];
-        }
-        for (int x = 0; x < Dv; ++x)
-          out[(std::size_t(q0 + i) * H + h) * Dv + x] = denom > 0 ? acc[std::size_t(x)] / denom : 0.0;
-      }
-    }
-  }
-  return out;
 }
 
 std::vector<double> output_values(const Case& c) {
@@ -233,24 +229,32 @@ CompareResult compare_output(const Case& c, const std::vector<double>& ref, Tole
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(got[i] - ref[i]);
     const bool bad = !std::isfinite(got[i]) || err > tol.atol + tol.rtol * std::fabs(ref[i]);
-    if (std::isfinite(err)) r.max_abs_err = std::max(r.max_abs_err, err);
+    if (std::isfinite(err)) {
+      r.max_abs_err = std::max(r.max_abs_err, err);
+      const double bound = tol.atol + tol.rtol * std::fabs(ref[i]);
+      r.tolerance_used = std::max(r.tolerance_used, bound > 0 ? err / bound : err > 0 ? HUGE_VAL : 0.0);
+    }
     if (bad && r.ok) {
       r.ok = false;
       const std::size_t tok = i / (std::size_t(H) * Dv), h = (i / Dv) % H, x = i % Dv;
       std::ostringstream os;
       os << (std::isfinite(got[i]) ? "mismatch" : "unwritten/NaN") << " at token " << tok << " head " << h << " dim " << x
          << ": got " << got[i] << ", expected " << ref[i] << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
+      if (!std::isfinite(ref[i])) os << " [the reference itself is not finite]";
       r.message = os.str();
     }
   }
   return r;
 }
 
+CompareResult compare_output(const Case& c, const std::vector<double>& ref) {
+  return compare_output(c, ref, tolerance(c.params.config.dtype, c.cache->spec().dtype, ref));
+}
+
 CompareResult check_backend(const CaseSpec& spec, const std::string& backend) {
   Case c = make_case(spec, backend);
   run_forward(c);
-  const DType kv = c.cache->spec().dtype;
-  return compare_output(c, reference_attention(c), tolerance(spec.config.dtype, kv));
+  return compare_output(c, reference_attention(c));
 }
 
 }  // namespace attn::test

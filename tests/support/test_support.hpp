@@ -9,15 +9,17 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "support/tolerance_table.hpp"
 
 namespace attn::test {
 
-/// |out - ref| <= atol + rtol * |ref| element-wise.
+/// |out - ref| <= atol + rtol * |ref| element-wise (absolute numbers for one case).
 struct Tolerance {
   double atol = 0, rtol = 0;
 };
-/// Central tolerance table, by q/out dtype and KV-cache storage dtype, against the fp64 reference.
-Tolerance tolerance(DType io, DType kv_storage);
+/// The table's rule (tolerance_table.hpp) for a case whose reference output is `ref`: the
+/// absolute part is scaled by max|ref|.
+Tolerance tolerance(DType io, DType kv_storage, const std::vector<double>& ref);
 
 /// A fresh seed per run (env ATTN_TEST_SEED pins it); print it on failure to reproduce.
 uint64_t fresh_seed();
@@ -39,6 +41,11 @@ struct CaseSpec {
   bool per_head_scales = false; // fp8 caches: one scale per KV head (else per tensor)
   int num_threads = 0;
   float value_range = 1.0f;     // q/k/v ~ U(-range, range)
+  // Wide score range: per sequence and KV head, one key in every 128 positions (and the newest
+  // one half the time) points along a direction every query of that head group leans towards,
+  // scoring ~10-12 against ~±1 for the others. Outputs are then dominated by a few keys, are
+  // O(1) even at long contexts, and a dropped key, split or rescale changes them visibly.
+  bool plant_keys = true;
   std::string describe() const; // one line with the seed, for failure messages
 };
 
@@ -61,15 +68,21 @@ Case make_case(const CaseSpec& spec, const std::string& backend);
 /// Poisons `out` with NaN and runs forward.
 void run_forward(Case& c);
 /// fp64 dense attention over the case ([num_tokens, num_heads, head_size_v], row-major).
+/// `fault` plants a known kernel bug in it (support/planted_faults.hpp); none by default.
+struct Fault;
 std::vector<double> reference_attention(const Case& c);
+std::vector<double> reference_attention(const Case& c, const Fault& fault);
 
 struct CompareResult {
   bool ok = true;
   double max_abs_err = 0;
+  double tolerance_used = 0;  // max over elements of |out - ref| / (atol + rtol·|ref|); > 1 fails
   std::string message;  // first failing element, with coordinates
 };
 /// Compares c.out with `ref` under `tol`; any NaN (unwritten poison) fails.
 CompareResult compare_output(const Case& c, const std::vector<double>& ref, Tolerance tol);
+/// Compares under the tolerance table's rule for the case's dtypes, scaled to `ref`.
+CompareResult compare_output(const Case& c, const std::vector<double>& ref);
 /// Convenience: make, run, compare against the fp64 reference with the central tolerance.
 CompareResult check_backend(const CaseSpec& spec, const std::string& backend);
 

@@ -24,7 +24,7 @@ attn::Buffer oracle_output(const AttentionRecording& rec, int step, const LayerR
   attn::LayerParams p = layer.params();
   p.scale = p.effective_scale();  // the oracle's head_size may differ (MLA); keep the layer's scale
   p.config = oracle_config(p.config);
-  LayerRunner oracle(*ref, p, layer.num_blocks(), layer.block_size());
+  LayerRunner oracle(*ref, p, layer.num_blocks(), layer.block_size(), &layer.params().config);
   for (int i = 0; i <= step; ++i) oracle.write(rec.mds[std::size_t(i)], rec.inputs[std::size_t(i)]);
   const attn::BatchMetadata& md = rec.mds[std::size_t(step)];
   attn::Buffer out = make_output(p.config, md.num_tokens);
@@ -81,7 +81,7 @@ int pick_sample_layer(const Plan& plan, const attn::Platform& platform, std::str
 json spot_check(const AttentionRecording& rec, const LayerRunner& layer, const std::string& backend, Rng& rng) {
   if (rec.last_step < 0) return nullptr;
   const attn::Buffer want = oracle_output(rec, rec.last_step, layer, nullptr, rng);
-  const Tolerance tol = tolerance_for(layer.params().config);
+  const Tolerance tol = tolerance_for(layer.params().config, want);
   return result_json(rec, backend, "reference", compare(rec.last_out, want, tol), tol);
 }
 
@@ -123,7 +123,7 @@ json expanded_check(const AttentionRecording& rec, const LayerRunner& layer, con
       }
     }
   }
-  const Tolerance tol = tolerance_for(c);
+  const Tolerance tol = reordered_tolerance_for(c, want);
   return result_json(rec, backend, "reference (absorbed form, q and output projected with the same W_UK, W_UV)",
                      compare(rec.expanded_out, want, tol), tol);
 }

@@ -46,9 +46,13 @@ std::vector<Shape> shapes() {
   sinks.config.has_sink = true;
   sinks.config.sliding_window = 24;
   out.push_back(sinks);
-  Shape fp8{"fp8_e4m3 cache", gqa(8, 2, 128, attn::DType::bfloat16)};
+  Shape fp8{"fp8_e4m3 scaled", gqa(8, 2, 128, attn::DType::bfloat16)};
   fp8.config.kv_cache_dtype = attn::KVCacheDType::fp8_e4m3;
   out.push_back(fp8);
+  Shape fp8_heads{"fp8_e5m2 per-head", gqa(8, 4, 64, attn::DType::float16)};
+  fp8_heads.config.kv_cache_dtype = attn::KVCacheDType::fp8_e5m2;
+  fp8_heads.config.use_per_head_quant_scales = true;
+  out.push_back(fp8_heads);
   Shape enc{"encoder_only x64", gqa(4, 4, 64, attn::DType::bfloat16)};
   enc.config.attn_type = attn::AttnType::encoder_only;
   out.push_back(enc);
@@ -134,7 +138,7 @@ Result run_case(const attn::BackendDescriptor& backend, const attn::BackendDescr
   oracle_params.config = oracle_config(cfg);
 
   LayerRunner fast(backend, params, num_blocks, block_size);
-  LayerRunner slow(ref, oracle_params, num_blocks, block_size);
+  LayerRunner slow(ref, oracle_params, num_blocks, block_size, &params.config);
   if (!prefix.empty()) {
     // The cached prefix of the chunked / decode sequences, written like an earlier step.
     std::vector<attn::SequenceSpec> p = prefix;
@@ -153,7 +157,7 @@ Result run_case(const attn::BackendDescriptor& backend, const attn::BackendDescr
   Rng fast_rng(seed + 1), slow_rng(seed + 1);  // same top-k indices for both
   fast.forward(md, in, out.view(), fast_rng);
   slow.forward(md, in, ref_out.view(), slow_rng);
-  r.tol = tolerance_for(cfg);
+  r.tol = tolerance_for(cfg, ref_out);
   Comparison c = compare(out, ref_out, r.tol);
   r.max_abs_err = c.max_abs_err;
   if (!c.ok) {
@@ -180,19 +184,20 @@ int cmd_check(const CheckOptions& o) {
   }
 
   std::vector<Result> results;
-  std::vector<json> skipped;
+  std::vector<json> skipped;         // whole backends, or one shape of a backend, with the reason
+  std::vector<std::string> checked;  // backends with at least one shape compared to the reference
   for (const auto& d : todo) {
     if (d->name == ref->name) {
-      skipped.push_back({{"backend", d->name}, {"why", "the oracle every other backend is checked against"}});
+      skipped.push_back({{"backend", d->name}, {"why", "the oracle every other backend is checked against"}, {"checked", false}});
       continue;
     }
     if (d->caps.attention_free) {
-      skipped.push_back({{"backend", d->name}, {"why", "attention-free: it has no forward to check"}});
+      skipped.push_back({{"backend", d->name}, {"why", "attention-free: it has no forward to check"}, {"checked", false}});
       continue;
     }
     std::string why;
     if (!registry.ensure_module(*d, why)) {
-      skipped.push_back({{"backend", d->name}, {"why", why}});
+      skipped.push_back({{"backend", d->name}, {"why", why}, {"checked", false}});
       continue;
     }
     int ran = 0;
@@ -217,13 +222,26 @@ int cmd_check(const CheckOptions& o) {
         results.push_back(r);
       }
     }
-    if (ran == 0) skipped.push_back({{"backend", d->name}, {"why", "serves none of the check shapes on this machine"}});
+    if (ran == 0) {
+      // Not checked at all: say so, and why, rather than letting `passed` cover it.
+      std::string why_none = "serves none of the check shapes on this machine";
+      for (const auto& s : skipped)
+        if (s["backend"] == d->name && s.contains("shape")) why_none = "no check shape it serves can be checked: " + s["why"].get<std::string>();
+      skipped.push_back({{"backend", d->name}, {"why", why_none}, {"checked", false}});
+    } else {
+      checked.push_back(d->name);
+    }
   }
 
+  // `passed` speaks for the backends in `checked` only; skipped ones are listed as not checked.
   bool ok = true;
   for (const auto& r : results) ok = ok && r.status == "pass";
+  std::vector<std::string> not_checked;
+  for (const auto& s : skipped)
+    if (!s.contains("shape") && s["backend"] != ref->name) not_checked.push_back(s["backend"].get<std::string>());
   if (o.json) {
-    json j{{"platform", platform.to_string()}, {"seed", o.seed}, {"passed", ok}, {"results", json::array()}, {"skipped", skipped}};
+    json j{{"platform", platform.to_string()}, {"seed", o.seed}, {"passed", ok}, {"checked", checked},
+           {"not_checked", not_checked}, {"results", json::array()}, {"skipped", skipped}};
     for (const auto& r : results) {
       json rj{{"backend", r.backend}, {"shape", r.shape}, {"status", r.status}, {"max_abs_err", r.max_abs_err},
               {"atol", r.tol.atol}, {"rtol", r.tol.rtol}};
@@ -243,7 +261,9 @@ int cmd_check(const CheckOptions& o) {
       std::printf("skipped %s%s: %s\n", s["backend"].get<std::string>().c_str(),
                   s.contains("shape") ? (" / " + s["shape"].get<std::string>()).c_str() : "", s["why"].get<std::string>().c_str());
     }
-    std::printf("\n%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
+    std::printf("\n%s for %s", ok ? "all checks passed" : "SOME CHECKS FAILED", checked.empty() ? "(none)" : attn::join(checked).c_str());
+    if (!not_checked.empty()) std::printf("; NOT checked (skipped, see above): %s", attn::join(not_checked).c_str());
+    std::printf("\n");
   }
   return ok ? 0 : 1;
 }

@@ -51,11 +51,18 @@ attn::LayerConfig oracle_config(const attn::LayerConfig& cfg);
 /// position p, shuffled, padded with -1.
 attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng);
 
-/// One layer served by one backend: its implementation and its paged cache.
+/// fp8 / fp8_e4m3 / fp8_e5m2 caches: non-unit K and V scales (one per KV head when the layer uses
+/// per-head scales), so the backend and the reference both have to apply them. Others: no-op.
+void set_fp8_scales(attn::KVCache& cache, const attn::LayerConfig& cfg);
+
+/// One layer served by one backend: its implementation and its paged cache (fp8 scales set by
+/// set_fp8_scales).
 class LayerRunner {
  public:
+  /// `scales_of`: the layer whose fp8 scales the cache takes (default: params.config); an oracle
+  /// runner passes the checked layer, so both dequantize with the same scales.
   LayerRunner(const attn::BackendDescriptor& backend, const attn::LayerParams& params, int32_t num_blocks,
-              int32_t block_size);
+              int32_t block_size, const attn::LayerConfig* scales_of = nullptr);
   /// write_kv of this step's new tokens (k, v of `in`).
   void write(const attn::BatchMetadata& md, const StepInputs& in);
   /// forward of this step's queries into `out` (sets the top-k indices first on sparse layers;
@@ -87,12 +94,17 @@ class LayerRunner {
   attn::Buffer w_uk_, w_uv_;
 };
 
-/// |out - ref| <= atol + rtol·|ref| per element, by the layer's dtype and KV-cache storage
-/// (the same scale as the test suite's tolerance table, measured against the plain-loop oracle).
+/// |out - ref| <= atol + rtol·|ref| per element (absolute numbers for one comparison).
 struct Tolerance {
   double atol = 0, rtol = 0;
 };
-Tolerance tolerance_for(const attn::LayerConfig& cfg);
+/// The test suite's tolerance table (tests/support/tolerance_table.hpp) for the layer's dtype and
+/// KV-cache storage, its absolute part scaled by max|ref|. Quantized caches add nothing: the
+/// backend and the reference dequantize the same stored values with the same scales.
+Tolerance tolerance_for(const attn::LayerConfig& cfg, const attn::Buffer& ref);
+/// The same table's rule for an oracle that rounds its inputs at different points (MLA's
+/// expanded form checked through the absorbed reference).
+Tolerance reordered_tolerance_for(const attn::LayerConfig& cfg, const attn::Buffer& ref);
 
 struct Comparison {
   bool ok = true;

@@ -58,7 +58,8 @@ class ReferenceImpl final : public AttentionImpl {
               if (c.logits_soft_cap > 0) sc = c.logits_soft_cap * std::tanh(sc / c.logits_soft_cap);
               if (c.use_alibi) sc += p_.alibi_slopes[h] * float(t - qpos);
               scores[t] = sc;
-              m = std::max(m, sc);
+              m = (std::isnan(m) || sc <= m) ? m : sc;  // a NaN score (NaN / Inf in q or K) makes m NaN for good
+
             }
             if (c.has_sink) m = std::max(m, p_.sinks[h]);
             std::fill(acc.begin(), acc.end(), 0.0f);
@@ -71,7 +72,7 @@ class ReferenceImpl final : public AttentionImpl {
                 for (int x = 0; x < dv; ++x) acc[x] += pr * V[std::size_t(t) * dv + x];
               }
             }
-            const float inv = denom > 0 ? 1.0f / denom : 0.0f;  // fully masked row → 0
+            const float inv = denom == 0 ? 0.0f : 1.0f / denom;  // fully masked row → 0; NaN stays NaN
             for (int x = 0; x < dv; ++x)
               store_from_float(out.data, out.dtype, tok * out.strides[0] + h * out.strides[1] + x, acc[x] * inv);
           }

@@ -27,7 +27,7 @@ void expect_matches_absorbed(MlaCaseSpec spec) {
   MlaCase c = make_mla_case(spec);
   run_mla_forward(c);
   const DType storage = c.cache->spec().dtype;
-  const CompareResult r = compare_values(tensor_values(c.out), mla_absorbed_reference(c), tolerance(spec.dtype, storage));
+  const CompareResult r = compare_values(tensor_values(c.out), mla_absorbed_reference(c), spec.dtype, storage);
   EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
 }
 
@@ -37,7 +37,7 @@ TEST(CpuMla, AbsorbedEqualsExplicitPerHeadAttention) {
     MlaCase c = make_mla_case(spec);
     run_mla_forward(c);
     const auto got = project_latent(c, tensor_values(c.out));
-    const CompareResult r = compare_values(got, mla_explicit_reference(c), tolerance(DType::float32, DType::float32));
+    const CompareResult r = compare_values(got, mla_explicit_reference(c), DType::float32, DType::float32);
     EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
   }
 }
@@ -104,7 +104,7 @@ TEST(CpuMla, ExpandedFormEqualsExplicitOracle) {
   }
   mla->forward_expanded(q.view(), *c.cache, c.md, out.view());
   EXPECT_EQ(mla->last_form(), "expanded");
-  const CompareResult r = compare_values(tensor_values(out), mla_explicit_reference(c), tolerance(DType::float32, DType::float32));
+  const CompareResult r = compare_values(tensor_values(out), mla_explicit_reference(c), DType::float32, DType::float32);
   EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message;
   run_mla_forward(c);
   EXPECT_EQ(mla->last_form(), "absorbed");
@@ -149,7 +149,7 @@ TEST(CpuSparse, AllPaddingRowsGiveZeros) {
   run_mla_forward(c);
   const auto out = tensor_values(c.out);
   for (int i = 0; i < spec.num_heads * spec.rank; ++i) ASSERT_EQ(out[size_t(i)], 0.0) << i;
-  const CompareResult r = compare_values(out, mla_absorbed_reference(c), tolerance(DType::float32, DType::float32));
+  const CompareResult r = compare_values(out, mla_absorbed_reference(c), DType::float32, DType::float32);
   EXPECT_TRUE(r.ok) << r.message;
 }
 

@@ -49,7 +49,7 @@ void expect_matches(const MlaCaseSpec& spec, const std::string& want_variant) {
   EXPECT_EQ(c.impl->variant().substr(0, want_variant.size()), want_variant) << c.impl->variant();
   run_mla_forward(c);
   const CompareResult r = compare_values(tensor_values(c.out), mla_absorbed_reference(c),
-                                         tolerance(spec.dtype, c.cache->spec().dtype));
+                                         spec.dtype, c.cache->spec().dtype);
   EXPECT_TRUE(r.ok) << want_variant << " " << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
 }
 
