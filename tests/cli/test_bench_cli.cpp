@@ -1,6 +1,7 @@
 // `attn bench` as a user runs it: the pool label, the ceilings with their instructions, the
 // per-shape ratios and their keys, the CSV path check and the help text.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -29,7 +30,9 @@ std::string slurp(const fs::path& p) {
 
 /// `attn bench <args>` with stdout and stderr each sent to a file in a fresh directory.
 BenchRun bench(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("attn_bench_cli_" + std::to_string(std::rand()));
+  // Unique per process and call: ctest runs each test in its own process, in parallel.
+  static int calls = 0;
+  const fs::path dir = fs::temp_directory_path() / ("attn_bench_cli_" + std::to_string(getpid()) + "_" + std::to_string(calls++));
   fs::create_directories(dir);
   const std::string cmd = "ATTN_LOG=error '" + std::string(ATTN_CLI_PATH) + "' bench " + args + " >'" +
                           (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";

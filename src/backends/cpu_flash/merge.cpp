@@ -36,7 +36,7 @@ float row_factor(const KernelArgs& a, int head, float m, float l) {
     const float w = std::exp(m - mm);
     factor = w / (l * w + std::exp(sink - mm));
   } else {
-    factor = l > 0 ? 1.0f / l : 0.0f;  // fully masked row -> 0
+    factor = l == 0.0f ? 0.0f : 1.0f / l;  // fully masked row -> 0 (a NaN sum stays NaN)
   }
   return factor * a.kv.v_scales[kvh] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
 }

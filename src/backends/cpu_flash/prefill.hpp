@@ -31,6 +31,9 @@ constexpr int kTileKeys = 64;
 constexpr int64_t kMaxSeqPackBytes = int64_t(512) << 20;
 /// Longest row a packing step widens (head sizes up to 256).
 constexpr int kMaxPackDims = 256;
+/// Each packed V tile ends in this many bytes whose first says whether the tile holds a NaN or
+/// an infinity: only then do partly masked tiles need P·V to skip masked keys (0·NaN = NaN).
+constexpr int64_t kVFlagBytes = 64;
 
 /// Which items the prefill path takes (env ATTN_CPU_PREFILL=auto|off|all; `all` also routes
 /// small tiles, which the tests use to cover every row count).

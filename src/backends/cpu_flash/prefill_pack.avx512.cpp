@@ -37,6 +37,13 @@ void widen(const char* src, int n, int npad, float* dst) {
   for (; x < npad; x += 16) _mm512_storeu_ps(dst + x, _mm512_setzero_ps());
 }
 
+/// Whether any of the n floats (a multiple of 16) is a NaN or an infinity.
+inline bool any_nonfinite(const float* v, int n) {
+  __mmask16 m = 0;
+  for (int x = 0; x < n; x += 16) m |= _mm512_fpclass_ps_mask(_mm512_load_ps(v + x), 0x99);  // QNaN, SNaN, ±Inf
+  return m != 0;
+}
+
 template <KvType T>
 void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, char* buf) {
   const PackLayout::Group& g = L.group(job.seq, job.kv_head, a.num_kv_heads);
@@ -56,6 +63,8 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   const int64_t v_off = a.kv.v_offset * elem_bytes<T>();
   const int dpad = (d + 31) / 32 * 32;  // whole bf16 vectors of 32
   alignas(64) float row[kMaxPackDims], row2[kMaxPackDims];
+  uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
+  *nonfinite = 0;
 
   if (L.bf16) {
     // K: rows to bf16 pairs, then a 32-bit transpose (pairs × keys).
@@ -80,6 +89,7 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
       const int j = 2 * kp;
       if (j < n) widen<T>(k_row(j) + v_off, dv, dvp, row); else std::fill(row, row + dvp, 0.0f);
       if (j + 1 < n) widen<T>(k_row(j + 1) + v_off, dv, dvp, row2); else std::fill(row2, row2 + dvp, 0.0f);
+      if (any_nonfinite(row, dvp) || any_nonfinite(row2, dvp)) *nonfinite = 1;
       for (int x = 0; x < dvp; x += 16) {
         const __m512 ab = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castpd256_pd512(_mm256_castsi256_pd((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(row + x)))),
@@ -97,8 +107,12 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   }
   float* vd = reinterpret_cast<float*>(vdst);
   for (int j = 0; j < kTileKeys; ++j) {
-    if (j < n) widen<T>(k_row(j) + v_off, dv, dvp, vd + int64_t(j) * dvp);
-    else std::fill(vd + int64_t(j) * dvp, vd + int64_t(j + 1) * dvp, 0.0f);
+    if (j < n) {
+      widen<T>(k_row(j) + v_off, dv, dvp, vd + int64_t(j) * dvp);
+      if (any_nonfinite(vd + int64_t(j) * dvp, dvp)) *nonfinite = 1;
+    } else {
+      std::fill(vd + int64_t(j) * dvp, vd + int64_t(j + 1) * dvp, 0.0f);
+    }
   }
 }
 

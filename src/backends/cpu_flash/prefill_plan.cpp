@@ -41,7 +41,7 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   L.dv_pad = (a.head_size_v + 15) / 16 * 16;
   const int64_t elem = L.bf16 ? 2 : 4;
   L.k_tile_bytes = int64_t(kTileKeys) * a.head_size * elem;
-  L.v_tile_bytes = int64_t(kTileKeys) * L.dv_pad * elem;
+  L.v_tile_bytes = int64_t(kTileKeys) * L.dv_pad * elem + kVFlagBytes;
 
   const int num_seqs = [&] {
     int n = 0;

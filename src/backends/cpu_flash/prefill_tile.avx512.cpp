@@ -11,6 +11,7 @@
 // a row's first or last visible key are masked.
 #define ATTN_CF_NS prefill_avx512
 #include "backends/cpu_flash/simd_avx512.hpp"
+#include "attn/numeric.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 
 #include <algorithm>
@@ -263,6 +264,30 @@ void pv(const Ctx& cx, int r0, const char* vtile, int c0, int k0, int k1) {
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16, acc[r][c]);
 }
 
+/// pv for a partly masked micro-tile whose V tile holds a NaN or an infinity: each row adds only
+/// the keys it sees, so a masked key's 0 weight never meets its non-finite value. Never taken
+/// on finite caches; written for clarity, not speed.
+template <bool Bf16>
+void pv_guarded(const Ctx& cx, int r0, const char* vtile, int32_t key0, int k0, int k1) {
+  for (int r = r0; r < r0 + R; ++r) {
+    float* o = cx.o + r * cx.dvp;
+    if (cx.alpha[r] != 1.0f)
+      for (int x = 0; x < cx.dvp; ++x) o[x] *= cx.alpha[r];
+    const int kb = std::max(k0, cx.lo[r] - key0), ke = std::min(k1, cx.hi[r] - key0 + 1);
+    for (int k = kb; k < ke; ++k) {
+      if constexpr (Bf16) {
+        const uint16_t* vt = reinterpret_cast<const uint16_t*>(vtile);
+        const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
+        for (int x = 0; x < cx.dvp; ++x) o[x] += p * bf16_to_f32(vt[2 * (int64_t(k / 2) * cx.dvp + x) + (k & 1)]);
+      } else {
+        const float* vt = reinterpret_cast<const float*>(vtile);
+        const float p = cx.pf[r * kTileKeys + k];
+        for (int x = 0; x < cx.dvp; ++x) o[x] += p * vt[int64_t(k) * cx.dvp + x];
+      }
+    }
+  }
+}
+
 /// Normalizes and writes the item's rows: the sink as one more logit in the denominator, 1/l,
 /// the V scale; vectorized, since with short windows (gpt-oss: 128 keys) a scalar row store
 /// costs a sizeable share of an item.
@@ -279,7 +304,7 @@ void store_rows(const KernelArgs& a, const Ctx& cx, int rows, int64_t tok0, int 
       const float sink = a.sinks[head], mm = std::max(m, sink), w = std::exp(m - mm);
       factor = w / (l * w + std::exp(sink - mm));
     } else {
-      factor = l > 0 ? 1.0f / l : 0.0f;  // fully masked row -> 0
+      factor = l == 0.0f ? 0.0f : 1.0f / l;  // fully masked row -> 0 (a NaN sum stays NaN)
     }
     const __m512 f = _mm512_set1_ps(factor * vscale);
     const int64_t base = (tok0 + r / g) * a.o_tok_stride + int64_t(head) * a.o_head_stride;
@@ -384,8 +409,14 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
       const bool mask = sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > first;
       kQk[cap][mask][j1 - j0 - 1](cx, r0, kt, j0, key0);
     }
-    for (int r0 = 0; r0 < rp; r0 += R)
+    const bool nonfinite_v = vt[L.v_tile_bytes - kVFlagBytes] != 0;
+    for (int r0 = 0; r0 < rp; r0 += R) {
+      if (nonfinite_v && (sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > first)) {
+        pv_guarded<Bf16>(cx, r0, vt, key0, j0 * 16, j1 * 16);
+        continue;
+      }
       for (int c0 = 0; c0 < nvd; c0 += 4) kPv[std::min(4, nvd - c0) - 1](cx, r0, vt, c0, j0 * 16, j1 * 16);
+    }
   }
 
   store_rows(a, cx, rows, tok0, h);

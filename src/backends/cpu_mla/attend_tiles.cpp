@@ -76,7 +76,7 @@ void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
         const float* acc = base + 2 * rows + size_t(r) * R;
         for (int d = 0; d < R; ++d) merged[d] += acc[d] * w;
       }
-      write_row(run.out_row(tiles[ti].out_index, r), run.out_dtype, merged.data(), R, L > 0 ? 1.0f / L : 0.0f);
+      write_row(run.out_row(tiles[ti].out_index, r), run.out_dtype, merged.data(), R, L == 0.0f ? 0.0f : 1.0f / L);
     }
   };
 
@@ -120,7 +120,7 @@ void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
     if (task.part < 0) {
       // A fully masked row (no visible key) is 0, never NaN.
       for (int r = 0; r < rows; ++r)
-        write_row(run.out_row(tile.out_index, r), run.out_dtype, acc + size_t(r) * R, R, l[r] > 0 ? 1.0f / l[r] : 0.0f);
+        write_row(run.out_row(tile.out_index, r), run.out_dtype, acc + size_t(r) * R, R, l[r] == 0.0f ? 0.0f : 1.0f / l[r]);
     } else if (pending[task.tile].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       merge(task.tile);
     }

@@ -11,7 +11,7 @@ namespace attn::mla::simd {
 
 // 2^x for x <= 0 (or -inf lanes, which are masked by the caller): 2^round(x) · poly(frac).
 ATTN_MLA_AVX512_TARGET inline __m512 exp2_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);  // operand order keeps a NaN x NaN
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);  // [-0.5, 0.5]
   __m512 p = _mm512_set1_ps(1.525273380405984e-05f);

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <vector>
 
@@ -229,23 +230,26 @@ void attend(const AttendArgs& a) {
       const __m512i limv = _mm512_sub_epi32(_mm512_loadu_si512(lim + hb * kLanes), _mm512_set1_epi32(c0));
       const __m512 m_old = _mm512_loadu_ps(m + hb * kLanes);
       __m512 mx = m_old;
+      __mmask16 nan = 0;  // a visible NaN score makes its row NaN (max alone would drop it)
       for (int t = 0; t < n; ++t) {
         float* st = sbuf + (size_t(t) * HB + hb) * kLanes;
         const __mmask16 valid = _mm512_cmpgt_epi32_mask(limv, _mm512_set1_epi32(t));
         const __m512 s = _mm512_mask_mul_ps(ninf, valid, _mm512_loadu_ps(st), smul);
         _mm512_storeu_ps(st, s);
         mx = _mm512_max_ps(mx, s);
+        nan |= _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q);
       }
+      mx = _mm512_mask_mov_ps(mx, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
       const __mmask16 had = _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ);
       const __m512 al = _mm512_maskz_mov_ps(had, simd::exp2_ps(_mm512_sub_ps(m_old, mx)));
-      const __mmask16 live = _mm512_cmp_ps_mask(mx, ninf, _CMP_NEQ_OQ);
+      const __mmask16 live = _mm512_cmp_ps_mask(mx, ninf, _CMP_NEQ_UQ);  // NaN rows stay live
       const int full = std::clamp(lo[hb] - c0, 0, n), np = full / 2;
       npairs[hb] = np;
       __m512 sum = _mm512_setzero_ps();
       auto prob = [&](int t) {
         if (t >= n) return _mm512_setzero_ps();
         const __m512 s = _mm512_loadu_ps(sbuf + (size_t(t) * HB + hb) * kLanes);
-        const __mmask16 ok = live & _mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_OQ);
+        const __mmask16 ok = live & _mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_UQ);
         return _mm512_maskz_mov_ps(ok, simd::exp2_ps(_mm512_sub_ps(s, mx)));
       };
       for (int i = 0; i < np; ++i) {

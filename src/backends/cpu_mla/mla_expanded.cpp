@@ -103,7 +103,7 @@ void expanded_forward(const MlaShape& shape, const UpProjections& w, const Tenso
           for (int d = 0; d < V; ++d) o[d] += p * vr[d];
         }
         auto* orow = static_cast<uint8_t*>(out.data) + (t * out.strides[0] + h * out.strides[1]) * o_esz;
-        write_row(orow, out.dtype, o.data(), V, sum > 0 ? 1.0f / sum : 0.0f);
+        write_row(orow, out.dtype, o.data(), V, sum == 0.0f ? 0.0f : 1.0f / sum);
       }
     }
   }
