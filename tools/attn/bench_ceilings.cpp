@@ -35,7 +35,10 @@ double median_gflops(int threads, int reps, long iters, K kernel) {
 Ceiling read_bandwidth(int threads, std::size_t bytes, int reps) {
   const SimdKernels& k = simd();
   const std::size_t per = bytes / std::size_t(threads) / 512 * 512;  // each thread its own slice
-  auto* buf = static_cast<std::byte*>(std::aligned_alloc(64, per * std::size_t(threads)));
+  // The same allocation path as KV caches (huge pages where the kernel offers them), so the
+  // ceiling and the kernels read memory mapped the same way.
+  attn::Buffer storage(attn::DType::int8, {int64_t(per) * threads});
+  auto* buf = static_cast<std::byte*>(storage.data());
 #pragma omp parallel num_threads(threads)
   {
     // First touch by the thread that reads the slice, so its pages sit on that thread's node.
@@ -54,7 +57,6 @@ Ceiling read_bandwidth(int threads, std::size_t bytes, int reps) {
     sink = sink + total;
     return rate;
   });
-  std::free(buf);
   return {gbs, k.read_instruction};
 }
 
