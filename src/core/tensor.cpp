@@ -64,7 +64,9 @@ TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<int
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.shape[d] = shape[d];
     t.strides[d] = stride;
-    stride *= shape[d];
+    // A shape with a zero dimension holds no bytes, yet its inner strides must still fit.
+    if (d > 0 && __builtin_mul_overflow(stride, shape[d], &stride))
+      throw Error("shape=" + shape_text(shape) + " invalid: expected strides that fit in 64 bits");
   }
   return t;
 }

@@ -156,3 +156,18 @@ TEST(Tensor, LoadAndStoreConvertEveryDType) {
 }
 
 }  // namespace
+
+namespace attn {
+namespace {
+// Found by the constructors fuzz harness: no bytes (a zero dimension), inner strides past 64 bits.
+TEST(Buffer, ZeroDimensionWithOverflowingStridesIsAnError) {
+  try {
+    Buffer b(DType::float32, {0, int64_t(1) << 34, int64_t(1) << 44});
+    (void)b.view();
+    FAIL() << "expected attn::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape="), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+}  // namespace attn
