@@ -1,4 +1,4 @@
-// attn_cuda_bench: cuda_flash on the decode / prefill shapes, each figure set against
+// attn_cuda_bench: cuda_flash on the Llama-3.1-8B decode / prefill shapes, each figure set against
 // this GPU's own measured ceilings — device-to-device copy bandwidth (what decode can approach)
 // and a cuBLAS bf16 GEMM rate (what prefill's tensor-core work can approach).
 //   attn_cuda_bench [--quick] [--json]
