@@ -38,13 +38,6 @@ constexpr int kChunk = 32;  // keys per online-softmax step: two score vectors p
 constexpr int kSlice = 32;  // head-size elements per load step (one 64-byte line of bf16)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-template <KvType T>
-constexpr int kv_bytes() {
-  if constexpr (T == KvType::f32) return 4;
-  if constexpr (T == KvType::f16 || T == KvType::bf16) return 2;
-  return 1;
-}
-
 /// Where lane i of a slice's lo (hi = false) or hi vector comes from in the 32-element slice.
 /// bf16 rows widen by unpacking 16-bit elements within 128-bit lanes: lo holds elements
 /// 8L..8L+3 of each lane L, hi 8L+4..8L+7. Every other type is in natural order.

@@ -13,6 +13,11 @@ namespace attn::cpu_flash {
 enum class KvType : uint8_t { f32, f16, bf16, e4m3, e5m2 };
 constexpr int kNumKvTypes = 5;
 KvType kv_type_of(DType d);  // throws for storage types cpu_flash does not read
+/// Bytes of one stored element (every kernel build addresses cache rows with it).
+template <KvType T>
+constexpr int kv_bytes() {
+  return T == KvType::f32 ? 4 : (T == KvType::f16 || T == KvType::bf16) ? 2 : 1;
+}
 
 /// e4m3 bytes are widened by placing their bits in an fp16 (sign to bit 15, exponent+mantissa
 /// to bits 14..7) and converting: exact, subnormals included, but 2^8 too small. The 2^8 is

@@ -26,13 +26,6 @@ constexpr int kChunk = 32;
 /// Q rows are padded to a multiple of 32 elements (the bf16 dot step), zeros in the padding.
 constexpr int kQAlign = 32;
 
-template <KvType T>
-constexpr int kv_bytes() {
-  if constexpr (T == KvType::f32) return 4;
-  if constexpr (T == KvType::f16 || T == KvType::bf16) return 2;
-  return 1;
-}
-
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 /// The query tile: fp32 rows, plus bf16 rows when the Q·Kᵀ policy uses bf16 dot products.

@@ -8,7 +8,7 @@
 ///                                     once, shared by every query tile of the group
 ///   tile  (prefill_tile.avx512.cpp)   Q·Kᵀ + fused online softmax + P·V per query tile
 ///   rates (prefill_rates.avx512.cpp)  bf16 dot vs fp32 FMA, measured once per process
-///   run   (prefill_run.cpp)           one parallel region: packing, then every item
+///   run   (prefill_run.cpp)           packing on all threads, then a hook for the item loop
 ///
 /// Two instruction sets for the same tiles: `vdpbf16ps` on bf16 tiles (bf16 q, with a bf16 or
 /// fp8 cache: both widen to bf16 exactly) and fp32 FMA on tiles widened to fp32 (every other

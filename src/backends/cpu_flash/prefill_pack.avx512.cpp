@@ -23,17 +23,12 @@ namespace {
 
 using Simd = ATTN_CF_NS::Simd;
 
-template <KvType T>
-constexpr int64_t elem_bytes() {
-  return T == KvType::f32 ? 4 : (T == KvType::f16 || T == KvType::bf16) ? 2 : 1;
-}
-
 /// One cache row as fp32 (e4m3 keeps its 2^-8, see kE4m3Rebias), zero-padded to `npad`.
 template <KvType T>
 void widen(const char* src, int n, int npad, float* dst) {
   int x = 0;
-  for (; x + 16 <= n; x += 16) _mm512_storeu_ps(dst + x, Simd::load_kv<T>(src + x * elem_bytes<T>()));
-  if (x < n) _mm512_storeu_ps(dst + x, Simd::load_kv_tail<T>(src + x * elem_bytes<T>(), n - x)), x += 16;
+  for (; x + 16 <= n; x += 16) _mm512_storeu_ps(dst + x, Simd::load_kv<T>(src + x * kv_bytes<T>()));
+  if (x < n) _mm512_storeu_ps(dst + x, Simd::load_kv_tail<T>(src + x * kv_bytes<T>(), n - x)), x += 16;
   for (; x < npad; x += 16) _mm512_storeu_ps(dst + x, _mm512_setzero_ps());
 }
 
@@ -58,9 +53,9 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     const int32_t key = key0 + j;
     const int64_t e = int64_t(bt[key / a.kv.block_size]) * a.kv.block_stride +
                       int64_t(key % a.kv.block_size) * a.kv.token_stride + int64_t(job.kv_head) * a.kv.head_stride;
-    return base + e * elem_bytes<T>();
+    return base + e * kv_bytes<T>();
   };
-  const int64_t v_off = a.kv.v_offset * elem_bytes<T>();
+  const int64_t v_off = a.kv.v_offset * kv_bytes<T>();
   const int dpad = (d + 31) / 32 * 32;  // whole bf16 vectors of 32
   alignas(64) float row[kMaxPackDims], row2[kMaxPackDims];
   uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
