@@ -1,6 +1,6 @@
 #pragma once
 /// A backend: its descriptor (capabilities, priority, factory — all data) and the per-layer
-/// implementation interface (write_kv + forward over the paged cache).
+/// implementation interface (plan once per step, run per layer over the paged cache).
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/layer_config.hpp"
 #include "attn/metadata.hpp"
+#include "attn/step.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -21,30 +22,64 @@ struct LayerParams {
   std::vector<float> sinks;           // [num_heads] sink logits, required iff has_sink
   std::vector<float> alibi_slopes;    // [num_heads], required iff use_alibi (empty → standard slopes)
   int num_threads = 0;                // 0 → all cores
+  /// MLA layers, optional: the up-projections the expanded form needs, row-major float32.
+  /// W_UK [num_heads, kv_lora_rank, qk_nope_head_dim], W_UV [num_heads, kv_lora_rank, v_head_dim].
+  std::vector<float> mla_w_uk, mla_w_uv;
 
   float effective_scale() const;
   /// Throws attn::Error if sinks / slopes do not match the config.
   void validate() const;
 };
 
-/// One layer served by one backend. Stateless across steps except for what `create` set up.
+/// One layer served by one backend: plan once per step, run once per layer (see attn/step.hpp).
+/// Holds only what `create` set up; run() is const and safe to call from several threads.
 class AttentionImpl {
  public:
   virtual ~AttentionImpl() = default;
+
+  /// Validates the step's metadata against the cache geometry once and plans the work. The plan
+  /// serves every layer of the step with this backend and an equal LayerConfig.
+  /// Default: validation only (a backend without a plan of its own).
+  virtual std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& cache) const;
+  /// Runs one layer under `plan`: writes args.new_k / new_v first when given, then attends.
+  /// q: [num_tokens, num_heads, head_size] → out: [num_tokens, num_heads, head_size_v]; prefill,
+  /// chunked prefill and decode sequences may be mixed. Checks are O(1) (the plan holds the
+  /// validated metadata).
+  virtual RunResult run(const StepPlan& plan, const ForwardArgs& args) const = 0;
+
+  /// One call: plan + run with a scratch of its own (tests, one-off calls).
+  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) const;
+  RunResult forward(const BatchMetadata& md, const ForwardArgs& args) const;
   /// k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v];
   /// token t goes to md.slot_mapping[t]. Default: KVCache::write.
-  virtual void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md);
-  /// q: [num_tokens, num_heads, head_size] → out: [num_tokens, num_heads, head_size_v].
-  /// Prefill, chunked prefill and decode sequences may be mixed in one call.
-  virtual void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) = 0;
+  virtual void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const;
   /// The kernel variant that runs (e.g. "avx512_bf16"); empty when there is only one.
   virtual std::string variant() const { return {}; }
+
+  const LayerParams& params() const { return params_; }
+  const std::string& backend_name() const { return backend_; }
+
+ protected:
+  AttentionImpl(std::string backend, LayerParams params) : backend_(std::move(backend)), params_(std::move(params)) {}
+  /// The per-layer checks of run(): the plan is this layer's (backend and config), the cache has
+  /// the planned geometry, q / out match the layer and the step (unless the caller checks them
+  /// itself). Then writes new K/V if given.
+  void begin_run(const StepPlan& plan, const ForwardArgs& args, bool check_tensors = true) const;
+  /// The cache of `args`, checked non-null.
+  static const KVCache& cache_of(const ForwardArgs& args);
+  /// args.workspace, or `own` grown to `bytes` when the caller gave none.
+  static void* scratch(const ForwardArgs& args, Workspace& own, std::size_t bytes);
+
+  std::string backend_;
+  LayerParams params_;
 };
 
-/// Validates forward() arguments at the API boundary for every CPU backend: q / out shapes and
-/// dtypes against the layer, the cache against the layer, and the metadata against the cache.
-void check_forward_args(const LayerParams& params, const TensorView& q, const KVCache& cache, const BatchMetadata& md,
-                        const TensorView& out);
+/// Validates the step-level arguments of plan(): the cache geometry against the layer, then the
+/// metadata against the cache (O(total blocks), no string work when everything passes).
+void check_plan_args(const LayerParams& params, const BatchMetadata& md, const KVCacheSpec& cache);
+/// Validates q / out of one run against the layer and the step (O(1)).
+void check_run_tensors(const LayerParams& params, const KVCacheSpec& cache, int32_t num_tokens, const TensorView& q,
+                       const TensorView& out);
 
 /// Standard ALiBi slopes for `num_heads` heads (Press et al.; non-powers of two interleaved).
 std::vector<float> alibi_slopes(int num_heads);

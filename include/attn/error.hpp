@@ -21,12 +21,25 @@ std::string to_text(const T& v) {
 }
 }  // namespace detail
 
-/// Throws `Error("<argument>=<value> invalid: expected <expected>")` unless `ok`.
+/// Throws `Error("<argument>=<value> invalid: expected <expected>")`.
+template <typename V>
+[[noreturn]] void fail_check(const std::string& argument, const V& value, const std::string& expected) {
+  throw Error(argument + "=" + detail::to_text(value) + " invalid: expected " + expected);
+}
+
+/// Throws `Error("<argument>=<value> invalid: expected <expected>")` unless `ok`. The strings are
+/// built by the caller before the call; on hot paths use ATTN_REQUIRE, which builds them only
+/// when the check fails.
 template <typename V>
 inline void require(bool ok, const std::string& argument, const V& value, const std::string& expected) {
-  if (!ok) {
-    throw Error(argument + "=" + detail::to_text(value) + " invalid: expected " + expected);
-  }
+  if (!ok) [[unlikely]] fail_check(argument, value, expected);
 }
 
 }  // namespace attn
+
+/// require() whose argument / value / expectation expressions are evaluated only on failure, so a
+/// check that passes costs one branch (metadata validation runs over every block-table entry).
+#define ATTN_REQUIRE(ok, argument, value, expected)                          \
+  do {                                                                       \
+    if (!(ok)) [[unlikely]] ::attn::fail_check((argument), (value), (expected)); \
+  } while (0)

@@ -35,6 +35,7 @@ struct KVCacheSpec {
   /// Bytes of the cache this spec declares (validated; a product beyond 64 bits is an error).
   int64_t bytes() const;
   std::string to_string() const;
+  bool operator==(const KVCacheSpec&) const = default;
 };
 
 /// What kernels read: base pointer plus element strides. Scales are 1 for 16-bit caches.

@@ -44,7 +44,7 @@ std::vector<float> alibi_slopes(int n) {
   return out;
 }
 
-void AttentionImpl::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) {
+void AttentionImpl::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const {
   cache.write(k, v, md);
 }
 
@@ -68,30 +68,80 @@ KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_bl
   return s;
 }
 
-void check_forward_args(const LayerParams& p, const TensorView& q, const KVCache& cache, const BatchMetadata& md,
-                        const TensorView& out) {
+namespace {
+int out_width(const LayerConfig& c, const KVCacheSpec& s) {
+  return s.layout == KVLayout::MLA ? s.v_width() : c.effective_head_size_v();
+}
+}  // namespace
+
+void check_plan_args(const LayerParams& p, const BatchMetadata& md, const KVCacheSpec& s) {
   const LayerConfig& c = p.config;
-  const KVCacheSpec& s = cache.spec();
-  const bool mla = s.layout == KVLayout::MLA;
-  const int hv = mla ? s.v_width() : c.effective_head_size_v();
-  check_tensor(q, "q", 3, {DType::float32, DType::float16, DType::bfloat16}, {md.num_tokens, c.num_heads, c.head_size});
-  check_tensor(out, "out", 3, {DType::float32, DType::float16, DType::bfloat16}, {md.num_tokens, c.num_heads, hv});
-  require(q.dtype == c.dtype, "q.dtype", to_string(q.dtype), "the layer dtype " + std::string(to_string(c.dtype)));
-  require(out.dtype == c.dtype, "out.dtype", to_string(out.dtype), "the layer dtype " + std::string(to_string(c.dtype)));
-  if (!mla) {
-    require(s.num_kv_heads == c.num_kv_heads, "cache.num_kv_heads", s.num_kv_heads, "the layer's num_kv_heads " + std::to_string(c.num_kv_heads));
-    require(s.v_width() == hv, "cache.head_size_v", s.v_width(), "the layer's head_size_v " + std::to_string(hv));
+  if (s.layout != KVLayout::MLA) {
+    ATTN_REQUIRE(s.num_kv_heads == c.num_kv_heads, "cache.num_kv_heads", s.num_kv_heads,
+                 "the layer's num_kv_heads " + std::to_string(c.num_kv_heads));
+    ATTN_REQUIRE(s.v_width() == out_width(c, s), "cache.head_size_v", s.v_width(),
+                 "the layer's head_size_v " + std::to_string(out_width(c, s)));
   }
-  require(s.head_size == c.head_size, "cache.head_size", s.head_size, "the layer's head_size " + std::to_string(c.head_size));
+  ATTN_REQUIRE(s.head_size == c.head_size, "cache.head_size", s.head_size, "the layer's head_size " + std::to_string(c.head_size));
   const DType want = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
-  require(s.dtype == want, "cache.dtype", to_string(s.dtype),
-          std::string(to_string(want)) + " for kv_cache_dtype " + std::string(to_string(c.kv_cache_dtype)));
+  ATTN_REQUIRE(s.dtype == want, "cache.dtype", to_string(s.dtype),
+               std::string(to_string(want)) + " for kv_cache_dtype " + std::string(to_string(c.kv_cache_dtype)));
   md.validate(s.num_blocks, s.block_size);
+}
+
+void check_run_tensors(const LayerParams& p, const KVCacheSpec& s, int32_t num_tokens, const TensorView& q,
+                       const TensorView& out) {
+  const LayerConfig& c = p.config;
+  check_tensor(q, "q", 3, {DType::float32, DType::float16, DType::bfloat16}, {num_tokens, c.num_heads, c.head_size});
+  check_tensor(out, "out", 3, {DType::float32, DType::float16, DType::bfloat16}, {num_tokens, c.num_heads, out_width(c, s)});
+  ATTN_REQUIRE(q.dtype == c.dtype, "q.dtype", to_string(q.dtype), "the layer dtype " + std::string(to_string(c.dtype)));
+  ATTN_REQUIRE(out.dtype == c.dtype, "out.dtype", to_string(out.dtype), "the layer dtype " + std::string(to_string(c.dtype)));
   // Output rows must not overlap the input (kernels write out while still reading q).
   const char* qb = static_cast<const char*>(q.data);
   const char* ob = static_cast<const char*>(out.data);
   const std::size_t qn = std::size_t(q.numel()) * dtype_size(q.dtype), on = std::size_t(out.numel()) * dtype_size(out.dtype);
-  require(qn == 0 || on == 0 || qb + qn <= ob || ob + on <= qb, "out.data", "overlaps q", "a buffer distinct from q");
+  ATTN_REQUIRE(qn == 0 || on == 0 || qb + qn <= ob || ob + on <= qb, "out.data", "overlaps q", "a buffer distinct from q");
+}
+
+std::shared_ptr<const StepPlan> AttentionImpl::plan(const BatchMetadata& md, const KVCacheSpec& cache) const {
+  check_plan_args(params_, md, cache);
+  return std::make_shared<StepPlan>(backend_, params_.config, md, cache);
+}
+
+const KVCache& AttentionImpl::cache_of(const ForwardArgs& args) {
+  ATTN_REQUIRE(args.cache != nullptr, "args.cache", "null", "the layer's KV cache");
+  return *args.cache;
+}
+
+void AttentionImpl::begin_run(const StepPlan& plan, const ForwardArgs& args, bool check_tensors) const {
+  ATTN_REQUIRE(plan.backend() == backend_, "plan.backend", plan.backend(), "a plan made by " + backend_ + " (this layer's backend)");
+  ATTN_REQUIRE(plan.config() == params_.config, "plan.config", plan.config().to_string(),
+               "this layer's config " + params_.config.to_string() + " (plans are shared only by equal configs)");
+  const KVCacheSpec& s = cache_of(args).spec();
+  ATTN_REQUIRE(s == plan.cache_spec(), "cache", s.to_string(), "the geometry the plan was made for: " + plan.cache_spec().to_string());
+  const BatchMetadata& md = plan.metadata();
+  if (check_tensors) check_run_tensors(params_, s, md.num_tokens, args.q, args.out);
+  const bool has_k = args.new_k.data || args.new_k.ndim, has_v = args.new_v.data || args.new_v.ndim;
+  ATTN_REQUIRE(has_k == has_v, "args.new_v", has_v ? "set" : "unset", has_k ? "set with new_k" : "unset without new_k");
+  if (has_k) write_kv(args.new_k, args.new_v, *args.cache, md);
+}
+
+void* AttentionImpl::scratch(const ForwardArgs& args, Workspace& own, std::size_t bytes) {
+  Workspace& ws = args.workspace ? *args.workspace : own;
+  if (ws.bytes() < bytes) ws.reserve(bytes);
+  return ws.data();
+}
+
+RunResult AttentionImpl::forward(const BatchMetadata& md, const ForwardArgs& args) const {
+  return run(*plan(md, cache_of(args).spec()), args);
+}
+
+void AttentionImpl::forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) const {
+  ForwardArgs args;
+  args.q = q, args.out = out;
+  // run() writes the cache only for new_k / new_v, which this call does not pass.
+  args.cache = const_cast<KVCache*>(&cache);
+  forward(md, args);
 }
 
 }  // namespace attn

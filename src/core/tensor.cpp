@@ -96,30 +96,31 @@ std::string TensorView::shape_string() const {
 
 void check_tensor(const TensorView& t, const char* arg, int ndim, std::initializer_list<DType> dtypes,
                   std::initializer_list<int64_t> extents, bool inner_contiguous) {
-  const std::string a(arg);
-  require(t.data != nullptr || t.numel() == 0, a + ".data", "null", "a non-null pointer");
-  require(t.device == DeviceKind::cpu, a + ".device", "cuda", "a CPU tensor");
-  require(t.ndim == ndim, a + ".ndim", t.ndim, std::to_string(ndim) + " dimensions");
+  // Runs once per layer per step: no string is built unless a check fails.
+  const auto a = [arg](const char* field) { return std::string(arg) + field; };
+  ATTN_REQUIRE(t.data != nullptr || t.numel() == 0, a(".data"), "null", "a non-null pointer");
+  ATTN_REQUIRE(t.device == DeviceKind::cpu, a(".device"), "cuda", "a CPU tensor");
+  ATTN_REQUIRE(t.ndim == ndim, a(".ndim"), t.ndim, std::to_string(ndim) + " dimensions");
   bool dtype_ok = false;
-  std::vector<std::string> names;
-  for (DType d : dtypes) {
-    dtype_ok |= (d == t.dtype);
-    names.emplace_back(to_string(d));
+  for (DType d : dtypes) dtype_ok |= (d == t.dtype);
+  if (!dtype_ok) [[unlikely]] {
+    std::vector<std::string> names;
+    for (DType d : dtypes) names.emplace_back(to_string(d));
+    fail_check(a(".dtype"), to_string(t.dtype), "one of " + join(names));
   }
-  require(dtype_ok, a + ".dtype", to_string(t.dtype), "one of " + join(names));
   int d = 0;
   for (int64_t e : extents) {
-    if (e >= 0 && t.shape[d] != e)
-      throw Error(a + ".shape=" + t.shape_string() + " invalid: expected dimension " + std::to_string(d) + " to be " +
+    if (e >= 0 && t.shape[d] != e) [[unlikely]]
+      throw Error(a(".shape=") + t.shape_string() + " invalid: expected dimension " + std::to_string(d) + " to be " +
                   std::to_string(e));
     ++d;
   }
   for (int i = 0; i < t.ndim; ++i)
-    require(t.shape[i] >= 0, a + ".shape", t.shape_string(), "non-negative extents");
+    ATTN_REQUIRE(t.shape[i] >= 0, a(".shape"), t.shape_string(), "non-negative extents");
   if (inner_contiguous && t.ndim > 0 && t.shape[t.ndim - 1] > 1)
-    require(t.strides[t.ndim - 1] == 1, a + ".strides", t.strides[t.ndim - 1], "a contiguous last dimension (stride 1)");
+    ATTN_REQUIRE(t.strides[t.ndim - 1] == 1, a(".strides"), t.strides[t.ndim - 1], "a contiguous last dimension (stride 1)");
   for (int i = 0; i < t.ndim; ++i)
-    require(t.strides[i] >= 0, a + ".strides", t.strides[i], "non-negative strides");
+    ATTN_REQUIRE(t.strides[i] >= 0, a(".strides"), t.strides[i], "non-negative strides");
 }
 
 int64_t checked_nbytes(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {

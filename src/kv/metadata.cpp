@@ -23,16 +23,16 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
   int64_t total = 0, max_blocks = 0;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const SequenceSpec& q = seqs[s];
-    require(q.context_len >= 0, seq_arg(int(s), "context_len"), q.context_len, ">= 0");
-    require(q.query_len >= 0, seq_arg(int(s), "query_len"), q.query_len, ">= 0");
+    ATTN_REQUIRE(q.context_len >= 0, seq_arg(int(s), "context_len"), q.context_len, ">= 0");
+    ATTN_REQUIRE(q.query_len >= 0, seq_arg(int(s), "query_len"), q.query_len, ">= 0");
     // Checked: a wrapped sum goes negative, needs no blocks and lets the copy below read past block_ids.
     const int64_t len = checked_sum(seq_arg(int(s), "context_len + query_len"), {q.context_len, q.query_len},
                                     limits::kMaxSeqLen, "tokens of one sequence");
     const int64_t need = blocks_needed(len, block_size);
-    require(int64_t(q.block_ids.size()) >= need, seq_arg(int(s), "block_ids.size()"), q.block_ids.size(),
+    ATTN_REQUIRE(int64_t(q.block_ids.size()) >= need, seq_arg(int(s), "block_ids.size()"), q.block_ids.size(),
             ">= " + std::to_string(need) + " blocks for " + std::to_string(len) + " tokens of block_size " + std::to_string(block_size));
     for (std::size_t b = 0; b < std::size_t(need); ++b)
-      require(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
+      ATTN_REQUIRE(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
               seq_arg(int(s), "block_ids") + std::string("[") + std::to_string(b) + "]", q.block_ids[b],
               "a block id in [0, " + std::to_string(num_blocks) + ")");
     total = checked_sum("num_tokens", {total, q.query_len}, limits::kMaxTokens, "query tokens of one step, summed over sequences");
@@ -65,47 +65,47 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
 void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const {
   check_block_size("block_size", cache_block_size);
   check_num_blocks("num_blocks", num_blocks);
-  require(block_size == cache_block_size, "metadata.block_size", block_size,
+  ATTN_REQUIRE(block_size == cache_block_size, "metadata.block_size", block_size,
           "the cache's block_size " + std::to_string(cache_block_size));
-  require(num_seqs >= 0, "metadata.num_seqs", num_seqs, ">= 0");
-  require(int64_t(query_start_loc.size()) == int64_t(num_seqs) + 1, "metadata.query_start_loc.size()", query_start_loc.size(),
+  ATTN_REQUIRE(num_seqs >= 0, "metadata.num_seqs", num_seqs, ">= 0");
+  ATTN_REQUIRE(int64_t(query_start_loc.size()) == int64_t(num_seqs) + 1, "metadata.query_start_loc.size()", query_start_loc.size(),
           "num_seqs + 1 = " + std::to_string(int64_t(num_seqs) + 1));
-  require(query_start_loc[0] == 0, "metadata.query_start_loc[0]", query_start_loc[0], "0");
-  require(int64_t(seq_lens.size()) == num_seqs, "metadata.seq_lens.size()", seq_lens.size(), "num_seqs = " + std::to_string(num_seqs));
-  require(max_blocks_per_seq >= 0, "metadata.max_blocks_per_seq", max_blocks_per_seq, ">= 0");
-  require(int64_t(block_table.size()) == int64_t(num_seqs) * max_blocks_per_seq, "metadata.block_table.size()",
+  ATTN_REQUIRE(query_start_loc[0] == 0, "metadata.query_start_loc[0]", query_start_loc[0], "0");
+  ATTN_REQUIRE(int64_t(seq_lens.size()) == num_seqs, "metadata.seq_lens.size()", seq_lens.size(), "num_seqs = " + std::to_string(num_seqs));
+  ATTN_REQUIRE(max_blocks_per_seq >= 0, "metadata.max_blocks_per_seq", max_blocks_per_seq, ">= 0");
+  ATTN_REQUIRE(int64_t(block_table.size()) == int64_t(num_seqs) * max_blocks_per_seq, "metadata.block_table.size()",
           block_table.size(), "num_seqs * max_blocks_per_seq = " + std::to_string(int64_t(num_seqs) * max_blocks_per_seq));
   // query_start_loc first, as a whole: the per-sequence checks below read query lengths from it,
   // and the error must name the entry that is out of order.
   for (int i = 1; i <= num_seqs; ++i)
-    require(query_start_loc[i] >= query_start_loc[i - 1], "metadata.query_start_loc[" + std::to_string(i) + "]",
+    ATTN_REQUIRE(query_start_loc[i] >= query_start_loc[i - 1], "metadata.query_start_loc[" + std::to_string(i) + "]",
             query_start_loc[i], "non-decreasing (>= " + std::to_string(query_start_loc[i - 1]) + ")");
   int32_t max_q = 0, max_s = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const std::string at = "[" + std::to_string(s) + "]";
-    require(seq_lens[s] >= 0, "metadata.seq_lens" + at, seq_lens[s], ">= 0");
-    require(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at, seq_lens[s],
+    ATTN_REQUIRE(seq_lens[s] >= 0, "metadata.seq_lens" + at, seq_lens[s], ">= 0");
+    ATTN_REQUIRE(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at, seq_lens[s],
             ">= the sequence's query length " + std::to_string(query_len(s)));
     const int64_t need = blocks_needed(seq_lens[s], block_size);
-    require(need <= max_blocks_per_seq, "metadata.seq_lens" + at, seq_lens[s],
+    ATTN_REQUIRE(need <= max_blocks_per_seq, "metadata.seq_lens" + at, seq_lens[s],
             "<= max_blocks_per_seq * block_size = " + std::to_string(int64_t(max_blocks_per_seq) * block_size));
     for (int64_t b = 0; b < need; ++b) {
       const int32_t id = blocks(s)[b];
-      require(id >= 0 && id < num_blocks, "metadata.block_table[" + std::to_string(s) + "][" + std::to_string(b) + "]", id,
+      ATTN_REQUIRE(id >= 0 && id < num_blocks, "metadata.block_table[" + std::to_string(s) + "][" + std::to_string(b) + "]", id,
               "a block id in [0, " + std::to_string(num_blocks) + ")");
     }
     max_q = std::max(max_q, query_len(s));
     max_s = std::max(max_s, seq_lens[s]);
   }
-  require(query_start_loc[num_seqs] == num_tokens, "metadata.query_start_loc[num_seqs]", query_start_loc[num_seqs],
+  ATTN_REQUIRE(query_start_loc[num_seqs] == num_tokens, "metadata.query_start_loc[num_seqs]", query_start_loc[num_seqs],
           "num_tokens = " + std::to_string(num_tokens));
-  require(max_query_len >= max_q, "metadata.max_query_len", max_query_len, ">= " + std::to_string(max_q));
-  require(max_seq_len >= max_s, "metadata.max_seq_len", max_seq_len, ">= " + std::to_string(max_s));
-  require(int64_t(slot_mapping.size()) == num_tokens || slot_mapping.empty(), "metadata.slot_mapping.size()",
+  ATTN_REQUIRE(max_query_len >= max_q, "metadata.max_query_len", max_query_len, ">= " + std::to_string(max_q));
+  ATTN_REQUIRE(max_seq_len >= max_s, "metadata.max_seq_len", max_seq_len, ">= " + std::to_string(max_s));
+  ATTN_REQUIRE(int64_t(slot_mapping.size()) == num_tokens || slot_mapping.empty(), "metadata.slot_mapping.size()",
           slot_mapping.size(), "num_tokens = " + std::to_string(num_tokens) + " (or empty)");
   const int64_t slots = int64_t(num_blocks) * block_size;
   for (std::size_t t = 0; t < slot_mapping.size(); ++t)
-    require(slot_mapping[t] >= -1 && slot_mapping[t] < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[t],
+    ATTN_REQUIRE(slot_mapping[t] >= -1 && slot_mapping[t] < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[t],
             "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
 }
 

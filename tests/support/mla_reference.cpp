@@ -179,12 +179,10 @@ MlaCase make_mla_case(const MlaCaseSpec& spec) {
 void run_mla_forward(MlaCase& c) {
   const int64_t n = c.out.view().numel();
   for (int64_t i = 0; i < n; ++i) store_from_float(c.out.data(), c.out.dtype(), i, std::numeric_limits<float>::quiet_NaN());
-  if (c.spec.topk > 0) {
-    auto* sparse = dynamic_cast<TopkSparseAttention*>(c.impl.get());
-    if (!sparse) throw Error("run_mla_forward: backend " + c.spec.backend + " takes no top-k indices");
-    sparse->set_topk_indices(TensorView::contiguous(c.topk.data(), DType::int32, {c.md.num_tokens, c.spec.topk}));
-  }
-  c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view());
+  ForwardArgs args;
+  args.q = c.q.view(), args.out = c.out.view(), args.cache = c.cache.get();
+  if (c.spec.topk > 0) args.topk_indices = TensorView::contiguous(c.topk.data(), DType::int32, {c.md.num_tokens, c.spec.topk});
+  c.impl->forward(c.md, args);
 }
 
 namespace {

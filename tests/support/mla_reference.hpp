@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "attn/sparse.hpp"
 #include "support/test_support.hpp"
 
 namespace attn::test {

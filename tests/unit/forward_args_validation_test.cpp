@@ -49,6 +49,7 @@ TEST_F(ForwardArgs, QueryRankWrong) {
 TEST_F(ForwardArgs, QueryTokensDisagreeWithMetadata) {
   c.md.num_tokens = 5;
   c.md.query_start_loc.back() = 5;
+  c.md.slot_mapping.resize(5);  // consistent metadata (validated once per step); q has 6 tokens
   expect_rejected({"q.shape=[6, 4, 16]", "dimension 0 to be 5"});
 }
 
@@ -223,7 +224,7 @@ TEST(NoAttention, ForwardAndWriteAreClearErrors) {
   s.num_blocks = 1;
   KVCache cache(s);
   BatchMetadata md;
-  EXPECT_TRUE(throws_error([&] { impl->forward({}, cache, md, {}); }, {"no_attention.forward", "is_attention_free=true"}));
+  EXPECT_TRUE(throws_error([&] { impl->forward({}, cache, md, {}); }, {"no_attention.plan", "is_attention_free=true"}));
   EXPECT_TRUE(throws_error([&] { impl->write_kv({}, {}, cache, md); }, {"no_attention.write_kv"}));
 }
 

@@ -38,7 +38,16 @@ struct GroupState {
   std::unique_ptr<attn::BlockAllocator> alloc;
   std::vector<attn::SequenceBlocks> seqs;
   attn::BatchMetadata md;
+  std::vector<std::shared_ptr<const attn::StepPlan>> plans;  // this step's, one per distinct layer config
   std::string prefill_form, decode_form;  // MLA: the form each phase ran
+
+  /// This step's plan for `layer`: made by the first layer of each config, shared by the rest.
+  const attn::StepPlan& plan_for(const LayerRunner& layer) {
+    for (const auto& p : plans)
+      if (p->config() == layer.params().config) return *p;
+    plans.push_back(layer.plan(md));
+    return *plans.back();
+  }
 
   bool decodes() const { return group->sample.attention.attn_type == attn::AttnType::decoder; }
   /// Appends `n` tokens to every sequence and builds this step's metadata.
@@ -50,6 +59,7 @@ struct GroupState {
       specs.push_back({before, n, s.block_ids()});
     }
     md = attn::BatchMetadata::build(specs, block_size, num_blocks, causal);
+    plans.clear();
   }
 };
 
@@ -65,8 +75,11 @@ struct LayerState {
 struct PhaseTime {
   int64_t tokens = 0;
   double seconds = 0;
+  double plan_seconds = 0;  // attention: planning once per step (included in seconds)
   json to_json() const {
-    return {{"tokens", tokens}, {"seconds", seconds}, {"tokens_per_s", seconds > 0 ? double(tokens) / seconds : 0.0}};
+    json j{{"tokens", tokens}, {"seconds", seconds}, {"tokens_per_s", seconds > 0 ? double(tokens) / seconds : 0.0}};
+    if (plan_seconds > 0) j["plan_seconds"] = plan_seconds;
+    return j;
   }
 };
 
@@ -119,7 +132,8 @@ void print_phase(const char* name, const PhaseTime& total, const KindTime& atten
     const PhaseTime& t = decode ? k->decode : k->prefill;
     const bool attn_kind = k == &attention;
     std::printf("    %-9s %3d layers: %.3f s -> %.0f tokens/s (%s)\n", attn_kind ? "attention" : "mixer", k->layers, t.seconds,
-                t.to_json()["tokens_per_s"].get<double>(), attn_kind ? "write_kv + forward" : "conv + scan, state in place");
+                t.to_json()["tokens_per_s"].get<double>(), attn_kind ? "plan once per step, write_kv + attend per layer" : "conv + scan, state in place");
+    if (attn_kind) std::printf("      of which planning: %.4f s (%.2f %%)\n", t.plan_seconds, t.seconds > 0 ? 100.0 * t.plan_seconds / t.seconds : 0.0);
   }
 }
 
@@ -196,7 +210,9 @@ int cmd_run(const RunOptions& o) {
     if (l.mixer && mixer_rec.layer < 0) mixer_rec.layer = l.index;
   }
 
-  // --- one engine step: metadata once per group, then every layer in model order ---
+  // --- one engine step: metadata once per group, plans once per group and config, then every
+  // layer in model order (one workspace serves them all: layers run one after another) ---
+  attn::Workspace workspace;
   auto step = [&](int32_t new_tokens, bool decode) {
     for (auto& g : groups) {
       if (!decode || g->decodes()) g->advance(new_tokens);
@@ -220,14 +236,18 @@ int cmd_run(const RunOptions& o) {
       const attn::LayerConfig& cfg = l.runner->params().config;
       if (decode && cfg.attn_type != attn::AttnType::decoder) continue;  // encoders have no decode
       const attn::BatchMetadata& md = l.group->md;
-      const bool expanded = l.runner->expanded(md);
+      PhaseTime& time = decode ? attention_time.decode : attention_time.prefill;
+      const auto tp = Clock::now();
+      const attn::StepPlan& step_plan = l.group->plan_for(*l.runner);
+      const double plan_s = seconds_since(tp);
+      time.plan_seconds += plan_s, time.seconds += plan_s;
+      const bool expanded = l.runner->expanded(step_plan);
       StepInputs in = random_inputs(cfg, md.num_tokens, rng, expanded);  // outside the timed region
       attn::Buffer out = make_output(cfg, md.num_tokens, expanded);
       const auto t0 = Clock::now();
-      l.runner->write(md, in);
-      l.runner->forward(md, in, out.view(), rng);
-      (decode ? attention_time.decode : attention_time.prefill).seconds += seconds_since(t0);
-      if (!l.runner->form().empty()) (decode ? l.group->decode_form : l.group->prefill_form) = l.runner->form();
+      const attn::RunResult ran = l.runner->run(step_plan, in, out.view(), rng, /*write_new_kv=*/true, &workspace);
+      time.seconds += seconds_since(t0);
+      if (!ran.form.empty()) (decode ? l.group->decode_form : l.group->prefill_form) = std::string(ran.form);
       if (l.index == rec.layer) rec.record(md, std::move(in), std::move(out), expanded);
     }
   };

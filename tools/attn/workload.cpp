@@ -7,7 +7,6 @@
 
 #include "attn/error.hpp"
 #include "attn/registry.hpp"
-#include "attn/sparse.hpp"
 // The tolerance table is the test suite's, shared rather than copied (header-only).
 #include "../../tests/support/tolerance_table.hpp"
 
@@ -106,13 +105,12 @@ LayerRunner::LayerRunner(const attn::BackendDescriptor& backend, const attn::Lay
   impl_ = attn::Registry::instance().create(backend.name, params);
   cache_ = std::make_unique<attn::KVCache>(backend.cache_spec(params.config, num_blocks, block_size));
   set_fp8_scales(*cache_, scales_of ? *scales_of : params.config);
-  if (params.config.use_mla) mla_ = dynamic_cast<attn::MlaAttention*>(impl_.get());
 }
 
 bool LayerRunner::use_random_up_projections(Rng& rng) {
   const attn::LayerConfig& c = params_.config;
   // Top-k sparse layers stay absorbed: the expanded form would attend to every position.
-  if (!mla_ || c.use_sparse || c.qk_nope_head_dim <= 0 || c.v_head_dim <= 0) return false;
+  if (!c.use_mla || c.use_sparse || c.qk_nope_head_dim <= 0 || c.v_head_dim <= 0) return false;
   // fan_in: the width each projected value sums over (q·W_UK sums over nope, latent·W_UV over rank).
   auto projection = [&](int inner, int fan_in) {
     attn::Buffer w(c.dtype, {c.num_heads, c.kv_lora_rank, inner});
@@ -122,31 +120,45 @@ bool LayerRunner::use_random_up_projections(Rng& rng) {
   };
   w_uk_ = projection(c.qk_nope_head_dim, c.qk_nope_head_dim);
   w_uv_ = projection(c.v_head_dim, c.kv_lora_rank);
-  mla_->set_up_projections(w_uk_.view(), w_uv_.view());
+  attn::LayerParams p = params_;
+  auto floats = [](const attn::Buffer& w) {
+    std::vector<float> f(std::size_t(w.view().numel()));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = attn::load_as_float(w.data(), w.dtype(), int64_t(i));
+    return f;
+  };
+  p.mla_w_uk = floats(w_uk_), p.mla_w_uv = floats(w_uv_);
+  impl_ = attn::Registry::instance().create(impl_->backend_name(), p);
   return true;
 }
 
-bool LayerRunner::expanded(const attn::BatchMetadata& md) const { return mla_ && w_uk_.bytes() && mla_->expanded_pays_off(md); }
+bool LayerRunner::expanded(const attn::StepPlan& plan) const {
+  return w_uk_.bytes() && plan.preferred_mla_form() == attn::MlaForm::expanded;
+}
 
-std::string LayerRunner::form() const { return mla_ ? mla_->last_form() : ""; }
+std::shared_ptr<const attn::StepPlan> LayerRunner::plan(const attn::BatchMetadata& md) const {
+  return impl_->plan(md, cache_->spec());
+}
 
 void LayerRunner::write(const attn::BatchMetadata& md, const StepInputs& in) {
   impl_->write_kv(in.k.view(), in.value(), *cache_, md);
 }
 
-void LayerRunner::forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng) {
+attn::RunResult LayerRunner::run(const attn::StepPlan& plan, const StepInputs& in, const attn::TensorView& out, Rng& rng,
+                                 bool write_new_kv, attn::Workspace* workspace) {
+  attn::ForwardArgs args;
+  args.q = in.q.view(), args.out = out, args.cache = cache_.get(), args.workspace = workspace;
+  if (write_new_kv) args.new_k = in.k.view(), args.new_v = in.value();
   attn::Buffer indices;
   if (params_.config.use_sparse) {
-    auto* sparse = dynamic_cast<attn::TopkSparseAttention*>(impl_.get());
-    attn::require(sparse != nullptr, "backend", "(no top-k interface)", "a backend implementing TopkSparseAttention");
-    indices = sparse_indices(md, params_.config.index_topk, rng);
-    sparse->set_topk_indices(indices.view());
+    indices = sparse_indices(plan.metadata(), params_.config.index_topk, rng);
+    args.topk_indices = indices.view();
   }
-  if (expanded(md)) {
-    mla_->forward_expanded(in.q.view(), *cache_, md, out);
-  } else {
-    impl_->forward(in.q.view(), *cache_, md, out);
-  }
+  if (expanded(plan)) args.mla_form = attn::MlaForm::expanded;
+  return impl_->run(plan, args);
+}
+
+void LayerRunner::forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng) {
+  run(*plan(md), in, out, rng, /*write_new_kv=*/false);
 }
 
 namespace {

@@ -9,7 +9,6 @@
 #include "attn/backend.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/metadata.hpp"
-#include "attn/sparse.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn_cli {
@@ -65,8 +64,14 @@ class LayerRunner {
               int32_t block_size, const attn::LayerConfig* scales_of = nullptr);
   /// write_kv of this step's new tokens (k, v of `in`).
   void write(const attn::BatchMetadata& md, const StepInputs& in);
-  /// forward of this step's queries into `out` (sets the top-k indices first on sparse layers;
-  /// runs MLA's expanded form when `expanded(md)`, with q and out shaped for it).
+  /// This step's plan for the layer (shared by every runner of an equal config and backend).
+  std::shared_ptr<const attn::StepPlan> plan(const attn::BatchMetadata& md) const;
+  /// Runs this step's queries into `out` under `plan`: writes k, v of `in` first when
+  /// `write_new_kv`, passes top-k indices on sparse layers, and runs MLA's expanded form when
+  /// `expanded(plan)` (q and out shaped for it). Returns what ran.
+  attn::RunResult run(const attn::StepPlan& plan, const StepInputs& in, const attn::TensorView& out, Rng& rng,
+                      bool write_new_kv, attn::Workspace* workspace = nullptr);
+  /// plan + run of one step whose K/V are already written.
   void forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng);
   std::size_t cache_bytes() const { return cache_->bytes(); }
   int32_t num_blocks() const { return num_blocks_; }
@@ -76,12 +81,11 @@ class LayerRunner {
 
   /// MLA layers whose backend has the expanded form: random up-projections W_UK, W_UV in the
   /// layer's dtype (entries U(-a, a), a = sqrt(3 / the width each projected value sums over), so
-  /// projected values keep the activations' scale). False when the layer has no expanded form.
+  /// projected values keep the activations' scale); the layer is created again with them. False
+  /// when the layer has no expanded form.
   bool use_random_up_projections(Rng& rng);
-  /// True when this step runs MLA's expanded form (projections set and it needs fewer FLOPs).
-  bool expanded(const attn::BatchMetadata& md) const;
-  /// "absorbed" / "expanded" for MLA layers (the form the last forward ran), else "".
-  std::string form() const;
+  /// True when this step runs MLA's expanded form (projections set and the plan prefers it).
+  bool expanded(const attn::StepPlan& plan) const;
   const attn::Buffer& w_uk() const { return w_uk_; }  // [heads, kv_lora_rank, qk_nope_head_dim]
   const attn::Buffer& w_uv() const { return w_uv_; }  // [heads, kv_lora_rank, v_head_dim]
 
@@ -90,7 +94,6 @@ class LayerRunner {
   int32_t num_blocks_ = 0, block_size_ = 0;
   std::unique_ptr<attn::AttentionImpl> impl_;
   std::unique_ptr<attn::KVCache> cache_;
-  attn::MlaAttention* mla_ = nullptr;  // impl_ seen through its MLA interface (null otherwise)
   attn::Buffer w_uk_, w_uv_;
 };
 

@@ -17,63 +17,99 @@ namespace attn {
 namespace cpu_flash {
 namespace {
 
+/// The step plan: work items and merges (plan.hpp) and the packed-K/V layout of the prefill
+/// tiles, with the workspace they need: [partials | packed tiles].
+class FlashStepPlan final : public StepPlan {
+ public:
+  FlashStepPlan(const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec, Plan plan, prefill::PackLayout pack)
+      : StepPlan("cpu_flash", c, md, spec), plan_(std::move(plan)), pack_(std::move(pack)) {}
+  const Plan& items() const { return plan_; }
+  const prefill::PackLayout& pack() const { return pack_; }
+  std::size_t pack_offset() const { return (std::size_t(plan_.partial_floats) * sizeof(float) + 63) / 64 * 64; }
+  std::size_t workspace_bytes() const override { return pack_offset() + std::size_t(pack_.bytes); }
+  std::string to_string() const override { return StepPlan::to_string() + "\n" + plan_.to_string(); }
+
+ private:
+  Plan plan_;
+  prefill::PackLayout pack_;
+};
+
 class CpuFlashImpl final : public AttentionImpl {
  public:
-  explicit CpuFlashImpl(const LayerParams& p) : p_(p), isa_(chosen_isa(detect_cpu())) {
-    p_.validate();
-    const LayerConfig& c = p_.config;
+  explicit CpuFlashImpl(const LayerParams& p) : AttentionImpl("cpu_flash", p), isa_(chosen_isa(detect_cpu())), variant_(to_string(isa_)) {
+    params_.validate();
+    const LayerConfig& c = params_.config;
     require(supports_head_size(c.head_size), "head_size", c.head_size, "one of " + head_size_rule().describe() + " (cpu_flash)");
     require(c.effective_head_size_v() == c.head_size, "head_size_v", c.effective_head_size_v(),
             "equal to head_size " + std::to_string(c.head_size) + " (cpu_flash)");
-    if (c.use_alibi && p_.alibi_slopes.empty()) p_.alibi_slopes = alibi_slopes(c.num_heads);
+    if (c.use_alibi && params_.alibi_slopes.empty()) params_.alibi_slopes = alibi_slopes(c.num_heads);
   }
 
-  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override {
-    check_forward_args(p_, q, cache, md, out);
-    const LayerConfig& c = p_.config;
-    const KVCacheSpec& spec = cache.spec();
-    require(spec.layout != KVLayout::MLA, "cache.layout", to_string(spec.layout), "NHD or HND (cpu_flash)");
+  std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& spec) const override {
+    check_plan_args(params_, md, spec);
+    ATTN_REQUIRE(spec.layout != KVLayout::MLA, "cache.layout", to_string(spec.layout), "NHD or HND (cpu_flash)");
+    KernelArgs shape = args_for(spec);
+    shape.causal = md.causal;
+    Plan items = make_plan(md, PlanShape{shape.group, shape.num_kv_heads, shape.head_size_v, shape.window, shape.causal});
+    prefill::PackLayout pack = prefill::plan_for(shape, items, isa_, prefill_route_);
+    return std::make_shared<FlashStepPlan>(params_.config, md, spec, std::move(items), std::move(pack));
+  }
 
-    KernelArgs a;
-    a.q = q.data, a.q_dtype = q.dtype, a.q_tok_stride = q.strides[0], a.q_head_stride = q.strides[1];
-    a.out = out.data, a.out_dtype = out.dtype, a.o_tok_stride = out.strides[0], a.o_head_stride = out.strides[1];
-    a.kv = cache.view();
-    a.kv_type = kv_type_of(a.kv.dtype);
-    a.kv_elem_bytes = int64_t(dtype_size(a.kv.dtype));
+  RunResult run(const StepPlan& step, const ForwardArgs& args) const override {
+    begin_run(step, args);
+    const auto& fp = static_cast<const FlashStepPlan&>(step);  // begin_run checked it is cpu_flash's
+    const BatchMetadata& md = step.metadata();
+    KernelArgs a = args_for(args.cache->spec());
+    a.q = args.q.data, a.q_dtype = args.q.dtype, a.q_tok_stride = args.q.strides[0], a.q_head_stride = args.q.strides[1];
+    a.out = args.out.data, a.out_dtype = args.out.dtype, a.o_tok_stride = args.out.strides[0], a.o_head_stride = args.out.strides[1];
+    a.kv = args.cache->view();
     a.query_start_loc = md.query_start_loc.data();
     a.seq_lens = md.seq_lens.data();
     a.block_table = md.block_table.data();
     a.max_blocks_per_seq = md.max_blocks_per_seq;
-    a.num_heads = c.num_heads, a.num_kv_heads = c.num_kv_heads, a.group = c.num_heads / c.num_kv_heads;
-    a.head_size = c.head_size, a.head_size_v = a.kv.head_size_v ? a.kv.head_size_v : c.head_size;
-    a.scale = p_.effective_scale();
-    a.soft_cap = c.logits_soft_cap;
-    a.window = c.sliding_window;
     a.causal = md.causal;
-    a.alibi_slopes = c.use_alibi ? p_.alibi_slopes.data() : nullptr;
-    a.sinks = c.has_sink ? p_.sinks.data() : nullptr;
 
-    const Plan plan = make_plan(md, PlanShape{a.group, a.num_kv_heads, a.head_size_v, a.window, a.causal});
-    std::vector<float> partials(std::size_t(plan.partial_floats));
+    Workspace own;
+    char* ws = static_cast<char*>(scratch(args, own, fp.workspace_bytes()));
+    float* partials = reinterpret_cast<float*>(ws);
+    const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
     const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size);
-    const int threads = p_.num_threads > 0 ? p_.num_threads : omp_get_max_threads();
+    const int threads = params_.num_threads > 0 ? params_.num_threads : omp_get_max_threads();
     const int64_t n = int64_t(plan.items.size());
-    const prefill::Call prefill_call(a, plan, isa_, prefill_route_, threads);  // packs K/V for the prefill tiles
+    const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) {
       const WorkItem& it = plan.items[std::size_t(i)];
       if (prefill_call.run(a, it)) continue;
-      (decode && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials.data());
+      (decode && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials);
     }
-    if (!plan.merges.empty()) run_merges(a, plan, partials.data(), threads);
+    if (!plan.merges.empty()) run_merges(a, plan, partials, threads);
+    return {variant_, {}};
   }
 
-  std::string variant() const override { return std::string(to_string(isa_)); }
+  std::string variant() const override { return variant_; }
 
  private:
-  LayerParams p_;
+  /// The kernel arguments that depend only on the layer and the cache geometry (no data).
+  KernelArgs args_for(const KVCacheSpec& spec) const {
+    const LayerConfig& c = params_.config;
+    KernelArgs a;
+    a.q_dtype = c.dtype;
+    a.kv_type = kv_type_of(spec.dtype);
+    a.kv_elem_bytes = int64_t(dtype_size(spec.dtype));
+    a.num_heads = c.num_heads, a.num_kv_heads = c.num_kv_heads, a.group = c.num_heads / c.num_kv_heads;
+    a.head_size = c.head_size, a.head_size_v = spec.v_width();
+    a.scale = params_.effective_scale();
+    a.soft_cap = c.logits_soft_cap;
+    a.window = c.sliding_window;
+    a.alibi_slopes = c.use_alibi ? params_.alibi_slopes.data() : nullptr;
+    a.sinks = c.has_sink ? params_.sinks.data() : nullptr;
+    return a;
+  }
+
   Isa isa_;
+  std::string variant_;
   prefill::Route prefill_route_ = prefill::route_from_env();
 };
 

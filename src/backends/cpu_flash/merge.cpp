@@ -68,7 +68,8 @@ void run_merges(const KernelArgs& a, const Plan& plan, const float* partials, in
   const int dv = a.head_size_v, g = a.group;
 #pragma omp parallel num_threads(num_threads)
   {
-    std::vector<float> o(static_cast<std::size_t>(dv));
+    thread_local std::vector<float> o;  // per thread, grown once: no allocation in steady state
+    o.resize(static_cast<std::size_t>(dv));
 #pragma omp for schedule(dynamic, 1)
     for (std::size_t i = 0; i < plan.merges.size(); ++i) {
       const Merge& mg = plan.merges[i];

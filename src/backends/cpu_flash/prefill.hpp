@@ -87,9 +87,5 @@ enum Stage : unsigned { kSkipQk = 1, kSkipSoftmax = 2, kSkipPv = 4, kPackOnly = 
 void set_stage_mask_for_measurement(unsigned mask);
 unsigned stage_mask_for_measurement();
 
-/// Thread-reused buffer for the packed tiles of one call (the calling thread's; no
-/// allocation in steady state).
-char* packed_buffer(int64_t bytes);
-
 }  // namespace prefill
 }  // namespace attn::cpu_flash

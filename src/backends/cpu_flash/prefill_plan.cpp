@@ -74,18 +74,4 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   return L;
 }
 
-char* packed_buffer(int64_t bytes) {
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<char, Free> buf;
-  thread_local int64_t cap = 0;
-  if (bytes > cap) {
-    cap = (bytes + 4095) / 4096 * 4096;
-    buf.reset(static_cast<char*>(std::aligned_alloc(64, std::size_t(cap))));
-    if (!buf) throw Error("cpu_flash prefill: out of memory for " + std::to_string(cap) + " bytes of packed K/V");
-  }
-  return buf.get();
-}
-
 }  // namespace attn::cpu_flash::prefill

@@ -4,22 +4,29 @@
 
 namespace attn::cpu_flash::prefill {
 
-Call::Call(const KernelArgs& a, const Plan& plan, Isa isa, Route route, int threads) {
+PackLayout plan_for(const KernelArgs& a, const Plan& plan, Isa isa, Route route) {
 #if defined(__x86_64__) || defined(_M_X64)
-  if (isa < Isa::avx512) return;
-  layout_ = plan_pack(a, plan, isa == Isa::avx512_bf16, route);
-  if (layout_.bytes == 0) return;
-  packed_ = packed_buffer(layout_.bytes);
-  const int64_t jobs = int64_t(layout_.jobs.size());
+  if (isa >= Isa::avx512) return plan_pack(a, plan, isa == Isa::avx512_bf16, route);
+#endif
+  (void)a, (void)plan, (void)isa, (void)route;
+  return {};
+}
+
+Call::Call(const KernelArgs& a, const PackLayout& layout, char* buf, int threads) : layout_(&layout), packed_(buf) {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (layout.bytes == 0) return;
+  const int64_t jobs = int64_t(layout.jobs.size());
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t j = 0; j < jobs; ++j) pack_tile_avx512(a, layout_, layout_.jobs[std::size_t(j)], packed_);
+  for (int64_t j = 0; j < jobs; ++j) pack_tile_avx512(a, layout, layout.jobs[std::size_t(j)], packed_);
+#else
+  (void)a, (void)threads;
 #endif
 }
 
 bool Call::run(const KernelArgs& a, const WorkItem& it) const {
 #if defined(__x86_64__) || defined(_M_X64)
-  if (!takes_prefill(layout_, a, it)) return false;
-  if (!(stage_mask_for_measurement() & kPackOnly)) run_item_avx512(a, layout_, it, packed_);
+  if (!takes_prefill(*layout_, a, it)) return false;
+  if (!(stage_mask_for_measurement() & kPackOnly)) run_item_avx512(a, *layout_, it, packed_);
   return true;
 #else
   return false;

@@ -13,7 +13,6 @@
 #include <random>
 
 #include "attn/attn.hpp"
-#include "attn/sparse.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
 #include "backends/cpu_sparse/blocksparse_forward.hpp"
 
@@ -97,11 +96,11 @@ class Bench {
     std::vector<double> ms;
     for (int r = 0; r <= reps; ++r) {
       const BatchMetadata& md = md_[next_++ % md_.size()];
-      if (!topk_.empty())
-        dynamic_cast<TopkSparseAttention&>(*impl_).set_topk_indices(
-            TensorView::contiguous(topk_.data(), DType::int32, {md.num_tokens, st_.topk}));
+      ForwardArgs args;
+      args.q = q_.view(), args.out = out_.view(), args.cache = cache_.get();
+      if (!topk_.empty()) args.topk_indices = TensorView::contiguous(topk_.data(), DType::int32, {md.num_tokens, st_.topk});
       const auto t0 = Clock::now();
-      impl_->forward(q_.view(), *cache_, md, out_.view());
+      impl_->forward(md, args);
       const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       if (r > 0) ms.push_back(dt);  // the first call warms up
     }

@@ -34,7 +34,7 @@ double expanded_flops(const MlaShape& shape, int nope, int v_dim, const BatchMet
 
 void expanded_forward(const MlaShape& shape, const UpProjections& w, const TensorView& q, const KVCache& cache,
                       const BatchMetadata& md, const TensorView& out) {
-  require(!w.empty(), "up_projections", "unset", "set_up_projections(w_uk, w_uv) before forward_expanded");
+  require(!w.empty(), "up_projections", "unset", "a layer created with mla_w_uk / mla_w_uv (LayerParams) for the expanded form");
   const int H = shape.num_heads, R = shape.rank, P = shape.rope, N = w.nope, V = w.v_dim, D = N + P;
   const int T = md.num_tokens;
   check_tensor(q, "q", 3, {DType::float32, DType::float16, DType::bfloat16}, {T, H, D});

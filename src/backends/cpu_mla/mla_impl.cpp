@@ -23,68 +23,88 @@ std::string mla_variant_name(const LayerConfig& c) {
   return name;
 }
 
-MlaImpl::MlaImpl(const LayerParams& params) : params_(params) {
+namespace {
+
+/// The MLA step plan: the validated metadata and whether the expanded form is cheaper.
+class MlaStepPlan final : public StepPlan {
+ public:
+  MlaStepPlan(std::string backend, const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec, bool expanded_cheaper)
+      : StepPlan(std::move(backend), c, md, spec), expanded_cheaper_(expanded_cheaper) {}
+  MlaForm preferred_mla_form() const override { return expanded_cheaper_ ? MlaForm::expanded : MlaForm::absorbed; }
+  std::string to_string() const override {
+    return StepPlan::to_string() + ", expanded form " + (expanded_cheaper_ ? "cheaper" : "not cheaper");
+  }
+
+ private:
+  bool expanded_cheaper_;
+};
+
+/// Converts up-projection weights given with the layer, checking their sizes.
+UpProjections take_up_projections(LayerParams& p) {
+  const LayerConfig& c = p.config;
+  UpProjections up;
+  if (p.mla_w_uk.empty() && p.mla_w_uv.empty()) return up;
+  require(c.qk_nope_head_dim > 0 && c.v_head_dim > 0, "qk_nope_head_dim/v_head_dim",
+          std::to_string(c.qk_nope_head_dim) + "/" + std::to_string(c.v_head_dim), "both > 0 in the layer config (mla_w_uk / mla_w_uv given)");
+  const std::size_t uk = std::size_t(c.num_heads) * c.kv_lora_rank * c.qk_nope_head_dim;
+  const std::size_t uv = std::size_t(c.num_heads) * c.kv_lora_rank * c.v_head_dim;
+  require(p.mla_w_uk.size() == uk, "mla_w_uk.size()", p.mla_w_uk.size(), std::to_string(uk) + " = num_heads * kv_lora_rank * qk_nope_head_dim");
+  require(p.mla_w_uv.size() == uv, "mla_w_uv.size()", p.mla_w_uv.size(), std::to_string(uv) + " = num_heads * kv_lora_rank * v_head_dim");
+  up.nope = c.qk_nope_head_dim;
+  up.v_dim = c.v_head_dim;
+  up.w_uk = std::move(p.mla_w_uk);  // held once, by the kernel's structure
+  up.w_uv = std::move(p.mla_w_uv);
+  p.mla_w_uk.clear(), p.mla_w_uv.clear();
+  return up;
+}
+
+}  // namespace
+
+MlaImpl::MlaImpl(const LayerParams& params, std::string backend) : AttentionImpl(std::move(backend), params) {
   params_.validate();
-  const LayerConfig& c = params.config;
+  const LayerConfig& c = params_.config;
   shape_.num_heads = c.num_heads;
   shape_.rank = c.kv_lora_rank;
   shape_.rope = c.head_size - c.kv_lora_rank;
-  shape_.scale = mla_scale(params);
-  shape_.num_threads = params.num_threads;
+  shape_.scale = mla_scale(params_);
+  shape_.num_threads = params_.num_threads;
   variant_ = mla_variant_name(c);
+  up_ = take_up_projections(params_);
 }
 
-void MlaImpl::forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {
-  check_forward_args(params_, q, cache, md, out);
-  absorbed_forward(shape_, q, cache, md, out, nullptr);
-  last_form_ = "absorbed";
-}
-
-void MlaImpl::set_up_projections(const TensorView& w_uk, const TensorView& w_uv) {
+std::shared_ptr<const StepPlan> MlaImpl::plan(const BatchMetadata& md, const KVCacheSpec& spec) const {
+  check_plan_args(params_, md, spec);
   const LayerConfig& c = params_.config;
-  require(c.qk_nope_head_dim > 0 && c.v_head_dim > 0, "qk_nope_head_dim/v_head_dim",
-          std::to_string(c.qk_nope_head_dim) + "/" + std::to_string(c.v_head_dim), "both > 0 in the layer config");
-  check_tensor(w_uk, "w_uk", 3, {DType::float32, DType::float16, DType::bfloat16}, {c.num_heads, c.kv_lora_rank, c.qk_nope_head_dim});
-  check_tensor(w_uv, "w_uv", 3, {DType::float32, DType::float16, DType::bfloat16}, {c.num_heads, c.kv_lora_rank, c.v_head_dim});
-  require(w_uk.is_contiguous(), "w_uk", w_uk.shape_string(), "a contiguous tensor");
-  require(w_uv.is_contiguous(), "w_uv", w_uv.shape_string(), "a contiguous tensor");
-  up_.nope = c.qk_nope_head_dim;
-  up_.v_dim = c.v_head_dim;
-  up_.w_uk.resize(size_t(w_uk.numel()));
-  up_.w_uv.resize(size_t(w_uv.numel()));
-  for (int64_t i = 0; i < w_uk.numel(); ++i) up_.w_uk[size_t(i)] = load_as_float(w_uk.data, w_uk.dtype, i);
-  for (int64_t i = 0; i < w_uv.numel(); ++i) up_.w_uv[size_t(i)] = load_as_float(w_uv.data, w_uv.dtype, i);
+  const bool cheaper = !c.use_sparse && c.qk_nope_head_dim > 0 && c.v_head_dim > 0 &&
+                       expanded_flops(shape_, c.qk_nope_head_dim, c.v_head_dim, md) < absorbed_flops(shape_, md);
+  return std::make_shared<MlaStepPlan>(backend_, c, md, spec, cheaper);
 }
 
-void MlaImpl::forward_expanded(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {
-  require(q.dtype == params_.config.dtype, "q.dtype", to_string(q.dtype), "the layer dtype");
-  require(out.dtype == params_.config.dtype, "out.dtype", to_string(out.dtype), "the layer dtype");
-  expanded_forward(shape_, up_, q, cache, md, out);
-  last_form_ = "expanded";
+RunResult MlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
+  if (args.mla_form == MlaForm::expanded) {
+    ATTN_REQUIRE(!up_.empty(), "mla_form", "expanded", "a layer created with mla_w_uk / mla_w_uv (the expanded form's up-projections)");
+    begin_run(plan, args, /*check_tensors=*/false);  // q / out have the expanded widths: checked by the kernel
+    require(args.q.dtype == params_.config.dtype, "q.dtype", to_string(args.q.dtype), "the layer dtype");
+    require(args.out.dtype == params_.config.dtype, "out.dtype", to_string(args.out.dtype), "the layer dtype");
+    expanded_forward(shape_, up_, args.q, *args.cache, plan.metadata(), args.out);
+    return {variant_, "expanded"};
+  }
+  begin_run(plan, args);
+  absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, nullptr);
+  return {variant_, "absorbed"};
 }
 
-bool MlaImpl::expanded_pays_off(const BatchMetadata& md) const {
-  if (up_.empty()) return false;
-  return expanded_flops(shape_, up_.nope, up_.v_dim, md) < absorbed_flops(shape_, md);
-}
-
-void SparseMlaImpl::set_topk_indices(const TensorView& indices) {
-  check_tensor(indices, "topk_indices", 2, {DType::int32}, {-1, -1});
-  require(indices.size(1) > 0, "topk_indices.shape[1]", indices.size(1), "at least 1 (topk)");
-  topk_ = indices;
-  has_topk_ = true;
-}
-
-void SparseMlaImpl::forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {
-  require(has_topk_, "topk_indices", "unset", "set_topk_indices([num_tokens, topk] int32) before forward on a use_sparse layer");
-  check_forward_args(params_, q, cache, md, out);
-  absorbed_forward(shape_, q, cache, md, out, &topk_);
-  has_topk_ = false;  // per-call input: a stale list must never be reused for the next step
-  last_form_ = "absorbed";
-}
-
-void SparseMlaImpl::forward_expanded(const TensorView&, const KVCache&, const BatchMetadata&, const TensorView&) {
-  throw Error("forward_expanded=top-k sparse layer invalid: expected forward() (the absorbed form, which reads only the listed positions)");
+RunResult SparseMlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
+  ATTN_REQUIRE(args.mla_form != MlaForm::expanded, "mla_form", "expanded",
+               "absorbed on a top-k sparse layer (the absorbed form reads only the listed positions)");
+  const TensorView& idx = args.topk_indices;
+  ATTN_REQUIRE(idx.data != nullptr || idx.ndim != 0, "topk_indices", "unset",
+               "[num_tokens, topk] int32 indices in ForwardArgs on a use_sparse layer");
+  check_tensor(idx, "topk_indices", 2, {DType::int32}, {plan.metadata().num_tokens, -1});
+  ATTN_REQUIRE(idx.size(1) > 0, "topk_indices.shape[1]", idx.size(1), "at least 1 (topk)");
+  begin_run(plan, args);
+  absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, &idx);
+  return {variant_, "absorbed"};
 }
 
 BackendDescriptor mla_descriptor_base() {

@@ -5,44 +5,36 @@
 #include <string>
 
 #include "attn/backend.hpp"
-#include "attn/sparse.hpp"
 #include "backends/cpu_mla/mla_expanded.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
 
 namespace attn::mla {
 
-class MlaImpl : public AttentionImpl, public MlaAttention {
+class MlaImpl : public AttentionImpl {
  public:
-  explicit MlaImpl(const LayerParams& params);
-  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override;
+  explicit MlaImpl(const LayerParams& params, std::string backend = "cpu_mla");
+  /// Plans the form too: preferred_mla_form() is expanded when it needs fewer FLOPs for the step.
+  std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& cache) const override;
+  /// args.mla_form absorbed: q [num_tokens, num_heads, kv_lora_rank + rope] → out [.., kv_lora_rank].
+  /// expanded (needs mla_w_uk / mla_w_uv): q [num_tokens, num_heads, qk_nope + rope] (rope last) → out [.., v_head_dim];
+  /// K = [c·W_UK[h] | k_pe], V = c·W_UV[h] for every cached position.
+  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
   std::string variant() const override { return variant_ + " absorbed+expanded"; }
 
-  void set_up_projections(const TensorView& w_uk, const TensorView& w_uv) override;
-  void forward_expanded(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override;
-  bool expanded_pays_off(const BatchMetadata& md) const override;
-  std::string last_form() const override { return last_form_; }
-
  protected:
-  LayerParams params_;
   MlaShape shape_;
   UpProjections up_;
   std::string variant_;
-  std::string last_form_;
 };
 
-/// cpu_sparse's implementation: the same kernel restricted to per-token top-k positions.
-class SparseMlaImpl final : public MlaImpl, public TopkSparseAttention {
+/// cpu_sparse's implementation: the same kernel restricted to per-token top-k positions
+/// (args.topk_indices: [num_tokens, topk] int32, positions within the token's sequence, -1 =
+/// padding; later positions than the token's own are skipped; a repeated position counts twice).
+class SparseMlaImpl final : public MlaImpl {
  public:
-  using MlaImpl::MlaImpl;
-  void set_topk_indices(const TensorView& indices) override;
-  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override;
+  explicit SparseMlaImpl(const LayerParams& params) : MlaImpl(params, "cpu_sparse") {}
+  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
   std::string variant() const override { return variant_ + " topk"; }
-  void forward_expanded(const TensorView&, const KVCache&, const BatchMetadata&, const TensorView&) override;
-  bool expanded_pays_off(const BatchMetadata&) const override { return false; }
-
- private:
-  TensorView topk_{};
-  bool has_topk_ = false;
 };
 
 /// The softmax scale for an MLA layer: params.scale, else 1/sqrt(qk_nope + qk_rope) (the

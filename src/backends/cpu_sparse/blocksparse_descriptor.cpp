@@ -10,21 +10,21 @@ namespace {
 
 class BlockSparseImpl final : public AttentionImpl {
  public:
-  explicit BlockSparseImpl(const LayerParams& p) : params_(p) {
+  explicit BlockSparseImpl(const LayerParams& p) : AttentionImpl("cpu_blocksparse", p) {
     params_.validate();
     const LayerConfig& c = p.config;
     shape_ = {c.num_heads, c.num_kv_heads, c.head_size, c.effective_head_size_v(), p.effective_scale(), p.num_threads};
     pattern_ = {c.bs_block_size, c.bs_local_blocks, c.bs_vert_stride};
     variant_ = mla::variant_for(detect_cpu(), /*latent=*/false);
   }
-  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override {
-    check_forward_args(params_, q, cache, md, out);
-    blocksparse::forward(shape_, pattern_, q, cache, md, out);
+  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override {
+    begin_run(plan, args);
+    blocksparse::forward(shape_, pattern_, args.q, *args.cache, plan.metadata(), args.out);
+    return {variant_, {}};
   }
   std::string variant() const override { return variant_ + " block-sparse"; }
 
  private:
-  LayerParams params_;
   blocksparse::Shape shape_;
   blocksparse::Pattern pattern_;
   std::string variant_;

@@ -9,7 +9,7 @@ BackendDescriptor cpu_sparse_descriptor() {
   BackendDescriptor d = mla::mla_descriptor_base();
   d.name = "cpu_sparse";
   d.summary = "top-k index sparse MLA (DeepSeek V3.2 DSA): each token attends to its indexer's top-k latent entries; "
-              "indices via TopkSparseAttention::set_topk_indices";
+              "indices in ForwardArgs::topk_indices";
   d.caps.sparse = true;
   d.extra_checks = [](const LayerConfig& c, const Platform&) {
     std::vector<Reason> r = mla::mla_extra_checks(c);

@@ -17,6 +17,7 @@
 /// multiples of 8 elements (the kernels move 16-byte chunks).
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -87,9 +88,11 @@ class CudaFlashAttention final : public AttentionImpl {
   /// Device path: q [num_tokens, num_heads, head_size] → out (same shape and dtype), on the GPU.
   void forward(const TensorView& q, const CudaKVCache& cache, const BatchMetadata& md, const TensorView& out);
 
-  /// Host-cache path (the AttentionImpl interface): see the file comment.
-  void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) override;
-  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override;
+  /// Host-cache path (the AttentionImpl interface): see the file comment. Runs of one layer
+  /// object are serialized (the host path keeps a device mirror and staging per layer).
+  using AttentionImpl::forward;
+  void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const override;
+  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
   std::string variant() const override;
 
   /// Waits for the queued work and reports any asynchronous kernel error as attn::Error.
@@ -100,8 +103,9 @@ class CudaFlashAttention final : public AttentionImpl {
  private:
   struct Plan;
   void upload_metadata(const BatchMetadata& md);
+  void forward_host(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out);
 
-  LayerParams params_;
+  std::mutex host_path_;
   int sm_count_ = 1;
   std::string variant_;
   DeviceBuffer sinks_;

@@ -7,8 +7,10 @@ namespace attn {
 namespace {
 class NoAttentionImpl final : public AttentionImpl {
  public:
-  void write_kv(const TensorView&, const TensorView&, KVCache&, const BatchMetadata&) override { fail("write_kv"); }
-  void forward(const TensorView&, const KVCache&, const BatchMetadata&, const TensorView&) override { fail("forward"); }
+  explicit NoAttentionImpl(const LayerParams& p) : AttentionImpl("no_attention", p) {}
+  void write_kv(const TensorView&, const TensorView&, KVCache&, const BatchMetadata&) const override { fail("write_kv"); }
+  std::shared_ptr<const StepPlan> plan(const BatchMetadata&, const KVCacheSpec&) const override { fail("plan"); }
+  RunResult run(const StepPlan&, const ForwardArgs&) const override { fail("run"); }
 
  private:
   [[noreturn]] static void fail(const char* what) {
@@ -25,7 +27,7 @@ BackendDescriptor no_attention_descriptor() {
   d.caps.platforms = {PlatformKind::cpu, PlatformKind::cuda};
   d.caps.attention_free = true;
   d.priority = 0;
-  d.create = [](const LayerParams&) -> std::unique_ptr<AttentionImpl> { return std::make_unique<NoAttentionImpl>(); };
+  d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<NoAttentionImpl>(p); };
   return d;
 }
 

@@ -15,14 +15,17 @@ namespace {
 
 class ReferenceImpl final : public AttentionImpl {
  public:
-  explicit ReferenceImpl(const LayerParams& p) : p_(p) {
-    if (p_.config.use_alibi && p_.alibi_slopes.empty()) p_.alibi_slopes = alibi_slopes(p_.config.num_heads);
+  explicit ReferenceImpl(const LayerParams& p) : AttentionImpl("reference", p) {
+    if (params_.config.use_alibi && params_.alibi_slopes.empty()) params_.alibi_slopes = alibi_slopes(params_.config.num_heads);
   }
 
-  void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) override {
-    check_forward_args(p_, q, cache, md, out);
+  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override {
+    begin_run(plan, args);
+    const BatchMetadata& md = plan.metadata();
+    const TensorView &q = args.q, &out = args.out;
+    const LayerParams& p_ = params_;
     const LayerConfig& c = p_.config;
-    const PagedKV kv = cache.view();
+    const PagedKV kv = args.cache->view();
     const int group = c.num_heads / c.num_kv_heads;
     const int d = c.head_size, dv = kv.head_size_v;
     const float scale = p_.effective_scale();
@@ -79,16 +82,16 @@ class ReferenceImpl final : public AttentionImpl {
         }
       }
     }
+    return {};
   }
 
  private:
   bool visible(int qpos, int kpos, bool causal) const {
     if (causal && kpos > qpos) return false;
-    if (p_.config.sliding_window > 0 && kpos <= qpos - p_.config.sliding_window) return false;
+    if (params_.config.sliding_window > 0 && kpos <= qpos - params_.config.sliding_window) return false;
     return true;
   }
-  int threads() const { return p_.num_threads > 0 ? p_.num_threads : omp_get_max_threads(); }
-  LayerParams p_;
+  int threads() const { return params_.num_threads > 0 ? params_.num_threads : omp_get_max_threads(); }
 };
 
 }  // namespace

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
-#include "attn/sparse.hpp"
 #include "support/mla_reference.hpp"
 
 namespace attn::test {
@@ -86,60 +85,65 @@ TEST(CpuMla, DeepSeekHeadCountsAndThreadCounts) {
   }
 }
 
+namespace {
+/// The case's layer again, created with up-projections (the expanded form needs them).
+std::unique_ptr<AttentionImpl> with_up_projections(const MlaCase& c, std::vector<float> w_uk, std::vector<float> w_uv) {
+  LayerParams p = c.impl->params();
+  p.mla_w_uk = std::move(w_uk), p.mla_w_uv = std::move(w_uv);
+  return Registry::instance().create(c.spec.backend, p);
+}
+}  // namespace
+
 TEST(CpuMla, ExpandedFormEqualsExplicitOracle) {
   MlaCaseSpec spec = ragged("cpu_mla", DType::float32, KVCacheDType::auto_, fresh_seed());
   MlaCase c = make_mla_case(spec);
-  auto* mla = dynamic_cast<MlaAttention*>(c.impl.get());
-  ASSERT_NE(mla, nullptr);
-  const int T = c.md.num_tokens, H = spec.num_heads, R = spec.rank, N = spec.nope, P = spec.rope, V = spec.v_dim;
-  Buffer wk(DType::float32, {H, R, N}), wv(DType::float32, {H, R, V});
-  for (size_t i = 0; i < c.w_uk.size(); ++i) static_cast<float*>(wk.data())[i] = float(c.w_uk[i]);
-  for (size_t i = 0; i < c.w_uv.size(); ++i) static_cast<float*>(wv.data())[i] = float(c.w_uv[i]);
-  EXPECT_THROW(mla->forward_expanded(c.q.view(), *c.cache, c.md, c.out.view()), Error);  // no projections yet
-  mla->set_up_projections(wk.view(), wv.view());
+  const int T = c.md.num_tokens, H = spec.num_heads, N = spec.nope, P = spec.rope, V = spec.v_dim;
   Buffer q(DType::float32, {T, H, N + P}), out(DType::float32, {T, H, V});
   for (int r = 0; r < T * H; ++r) {
     for (int n = 0; n < N; ++n) static_cast<float*>(q.data())[size_t(r) * (N + P) + n] = float(c.q_nope[size_t(r) * N + n]);
     for (int p = 0; p < P; ++p) static_cast<float*>(q.data())[size_t(r) * (N + P) + N + p] = float(c.q_pe[size_t(r) * P + p]);
   }
-  mla->forward_expanded(q.view(), *c.cache, c.md, out.view());
-  EXPECT_EQ(mla->last_form(), "expanded");
+  ForwardArgs args;
+  args.q = q.view(), args.out = out.view(), args.cache = c.cache.get(), args.mla_form = MlaForm::expanded;
+  EXPECT_THROW(c.impl->forward(c.md, args), Error);  // created without projections
+  const auto impl = with_up_projections(c, std::vector<float>(c.w_uk.begin(), c.w_uk.end()),
+                                        std::vector<float>(c.w_uv.begin(), c.w_uv.end()));
+  EXPECT_EQ(impl->forward(c.md, args).form, "expanded");
   const CompareResult r = compare_values(tensor_values(out), mla_explicit_reference(c), DType::float32, DType::float32);
   EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message;
-  run_mla_forward(c);
-  EXPECT_EQ(mla->last_form(), "absorbed");
+  ForwardArgs absorbed;
+  absorbed.q = c.q.view(), absorbed.out = c.out.view(), absorbed.cache = c.cache.get();
+  EXPECT_EQ(impl->forward(c.md, absorbed).form, "absorbed");
 }
 
 TEST(CpuMla, ExpandedPaysOffOnlyForLongPrefill) {
   MlaCaseSpec spec = ragged("cpu_mla", DType::bfloat16, KVCacheDType::auto_, 7);
   spec.seqs = {{0, 600}};
   MlaCase c = make_mla_case(spec);
-  auto* mla = dynamic_cast<MlaAttention*>(c.impl.get());
-  ASSERT_NE(mla, nullptr);
-  EXPECT_FALSE(mla->expanded_pays_off(c.md));  // no projections: absorbed is the only form
-  Buffer wk(DType::bfloat16, {4, 512, 128}), wv(DType::bfloat16, {4, 512, 128});
-  mla->set_up_projections(wk.view(), wv.view());
-  EXPECT_TRUE(mla->expanded_pays_off(c.md));
+  // The plan prefers a form from FLOPs alone (plans do not depend on weights).
+  EXPECT_EQ(c.impl->plan(c.md, c.cache->spec())->preferred_mla_form(), MlaForm::expanded);
   const BatchMetadata decode = BatchMetadata::build({{599, 1, c.md.block_table}}, spec.block_size, c.cache->spec().num_blocks);
-  EXPECT_FALSE(mla->expanded_pays_off(decode));
+  EXPECT_EQ(c.impl->plan(decode, c.cache->spec())->preferred_mla_form(), MlaForm::absorbed);
 }
 
-TEST(CpuSparse, TopkIndicesAreCheckedAndConsumed) {
+TEST(CpuSparse, TopkIndicesAreCheckedAndPerCall) {
   MlaCaseSpec spec = ragged("cpu_sparse", DType::bfloat16, KVCacheDType::auto_, fresh_seed());
   MlaCase c = make_mla_case(spec);
   run_mla_forward(c);
-  // Indices are a per-call input: a second forward without new ones is an error, not a reuse.
+  // Indices are a per-call input: a call without them is an error, not a reuse of the last ones.
   EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view()), Error);
-  auto* sparse = dynamic_cast<TopkSparseAttention*>(c.impl.get());
-  ASSERT_NE(sparse, nullptr);
+  ForwardArgs args;
+  args.q = c.q.view(), args.out = c.out.view(), args.cache = c.cache.get();
   std::vector<int32_t> bad = c.topk;
   bad[0] = c.md.seq_lens[0];  // one past the end of sequence 0
-  sparse->set_topk_indices(TensorView::contiguous(bad.data(), DType::int32, {c.md.num_tokens, spec.topk}));
-  EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view()), Error);
+  args.topk_indices = TensorView::contiguous(bad.data(), DType::int32, {c.md.num_tokens, spec.topk});
+  EXPECT_THROW(c.impl->forward(c.md, args), Error);
   std::vector<int32_t> short_rows(size_t(c.md.num_tokens - 1) * spec.topk, -1);
-  sparse->set_topk_indices(TensorView::contiguous(short_rows.data(), DType::int32, {c.md.num_tokens - 1, spec.topk}));
-  EXPECT_THROW(c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view()), Error);
-  EXPECT_THROW(dynamic_cast<MlaAttention*>(c.impl.get())->forward_expanded(c.q.view(), *c.cache, c.md, c.out.view()), Error);
+  args.topk_indices = TensorView::contiguous(short_rows.data(), DType::int32, {c.md.num_tokens - 1, spec.topk});
+  EXPECT_THROW(c.impl->forward(c.md, args), Error);
+  args.topk_indices = TensorView::contiguous(c.topk.data(), DType::int32, {c.md.num_tokens, spec.topk});
+  args.mla_form = MlaForm::expanded;
+  EXPECT_THROW(c.impl->forward(c.md, args), Error);
 }
 
 TEST(CpuSparse, AllPaddingRowsGiveZeros) {

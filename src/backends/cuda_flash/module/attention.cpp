@@ -51,7 +51,8 @@ struct CudaFlashAttention::Plan {
               off_prefill = 0;
 };
 
-CudaFlashAttention::CudaFlashAttention(const LayerParams& params) : params_(params), plan_(std::make_unique<Plan>()) {
+CudaFlashAttention::CudaFlashAttention(const LayerParams& params)
+    : AttentionImpl("cuda_flash", params), plan_(std::make_unique<Plan>()) {
   params_.validate();
   const LayerConfig& c = params_.config;
   require(c.dtype == DType::float16 || c.dtype == DType::bfloat16, "dtype", to_string(c.dtype), "float16 or bfloat16");
@@ -289,7 +290,7 @@ TensorView to_device(const TensorView& t, DeviceBuffer& stage, const char* arg, 
 
 }  // namespace
 
-void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) {
+void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const {
   if (k.device == DeviceKind::cpu && v.device == DeviceKind::cpu) {
     AttentionImpl::write_kv(k, v, cache, md);  // the host cache is written on the host
     return;
@@ -310,7 +311,15 @@ void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, KVCa
   AttentionImpl::write_kv(views[0], views[1], cache, md);
 }
 
-void CudaFlashAttention::forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {
+RunResult CudaFlashAttention::run(const StepPlan& plan, const ForwardArgs& args) const {
+  begin_run(plan, args, /*check_tensors=*/false);  // q / out may live on the device: checked by the device path
+  auto* self = const_cast<CudaFlashAttention*>(this);
+  const std::lock_guard<std::mutex> lock(self->host_path_);
+  self->forward_host(args.q, *args.cache, plan.metadata(), args.out);
+  return {variant_, {}};
+}
+
+void CudaFlashAttention::forward_host(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {
   const KVCacheSpec& a = cache.spec();
   const bool same = mirror_ && [&] {
     const KVCacheSpec& b = mirror_->spec();
