@@ -36,6 +36,7 @@ struct LayerConfig {
   int bs_block_size = 0;             // tokens per sparse block
   int bs_local_blocks = 0;           // local blocks always attended
   int bs_vert_stride = 0;            // every vert_stride-th block attended
+  int bs_head_sliding_step = 0;      // 0: one pattern for all heads; else head h's columns shift by h * step
   // --- MLA dims (use_mla); head_size = kv_lora_rank + qk_rope_head_dim ---
   int kv_lora_rank = 0;
   int qk_rope_head_dim = 0;

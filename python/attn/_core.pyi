@@ -31,6 +31,7 @@ class LayerConfig:
     bs_block_size: int
     bs_local_blocks: int
     bs_vert_stride: int
+    bs_head_sliding_step: int
     kv_lora_rank: int
     qk_rope_head_dim: int
     qk_nope_head_dim: int
@@ -75,6 +76,7 @@ class LayerConfig:
         bs_block_size: int = 0,
         bs_local_blocks: int = 0,
         bs_vert_stride: int = 0,
+        bs_head_sliding_step: int = 0,
         kv_lora_rank: int = 0,
         qk_rope_head_dim: int = 0,
         qk_nope_head_dim: int = 0,

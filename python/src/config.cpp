@@ -12,8 +12,8 @@ namespace {
 // Every LayerConfig field, once: the keyword constructor, the properties and the stubs read it.
 #define ATTN_PY_INT_FIELDS(X)                                                                          \
   X(num_heads) X(num_kv_heads) X(head_size) X(head_size_v) X(block_size) X(sliding_window)              \
-  X(bs_block_size) X(bs_local_blocks) X(bs_vert_stride) X(kv_lora_rank) X(qk_rope_head_dim)             \
-  X(qk_nope_head_dim) X(v_head_dim) X(index_topk)
+  X(bs_block_size) X(bs_local_blocks) X(bs_vert_stride) X(bs_head_sliding_step) X(kv_lora_rank)      \
+  X(qk_rope_head_dim) X(qk_nope_head_dim) X(v_head_dim) X(index_topk)
 #define ATTN_PY_BOOL_FIELDS(X)                                                                         \
   X(use_alibi) X(has_sink) X(use_mla) X(use_sparse) X(use_mm_prefix) X(use_per_head_quant_scales)      \
   X(is_attention_free) X(use_block_sparse) X(use_non_causal) X(use_batch_invariant) X(use_kv_connector)

@@ -48,6 +48,7 @@ void for_each_field(const LayerConfig& c, F&& f) {
   f("bs_block_size", c.bs_block_size);
   f("bs_local_blocks", c.bs_local_blocks);
   f("bs_vert_stride", c.bs_vert_stride);
+  f("bs_head_sliding_step", c.bs_head_sliding_step);
   f("kv_lora_rank", c.kv_lora_rank);
   f("qk_rope_head_dim", c.qk_rope_head_dim);
   f("qk_nope_head_dim", c.qk_nope_head_dim);
@@ -108,6 +109,8 @@ void LayerConfig::validate() const {
     check_block_size("bs_block_size", bs_block_size);
     require(bs_local_blocks > 0, "bs_local_blocks", bs_local_blocks, "> 0 for a block-sparse layer");
     require(bs_vert_stride > 0, "bs_vert_stride", bs_vert_stride, "> 0 for a block-sparse layer");
+    require(bs_head_sliding_step >= 0, "bs_head_sliding_step", bs_head_sliding_step,
+            ">= 0 (0 = the same pattern for every head)");
   }
 }
 

@@ -1,6 +1,7 @@
 // Decoder-only attention families: Llama / Mistral / Qwen2 / Qwen3 / Phi-3 (GQA, optional
 // sliding window), Gemma 2 / 3 (local/global alternation, soft-cap), gpt-oss (sinks, alternating
 // window), Phi-3-small (block-sparse with periodic dense layers), and BERT-like encoders.
+#include <algorithm>
 #include <cmath>
 
 #include "models/families.hpp"
@@ -79,6 +80,9 @@ void parse_phi3_small(const ConfigReader& cfg, const LayerConfig& base, std::vec
   sparse.bs_block_size = cfg.integer("blocksparse_block_size");
   sparse.bs_local_blocks = cfg.integer("blocksparse_num_local_blocks");
   sparse.bs_vert_stride = cfg.integer("blocksparse_vert_stride");
+  // Heterogeneous heads (vLLM get_head_sliding_step): head h's vertical columns shift by h * step.
+  if (!cfg.boolean_or("blocksparse_homo_head_pattern", true))
+    sparse.bs_head_sliding_step = std::max(1, sparse.bs_vert_stride / std::max(1, dense.num_heads));
   const int every = cfg.integer_or("dense_attention_every_n_layers", 0);
   // muP attention scales by 1/d instead of 1/sqrt(d) (vLLM phi3_small: head_dim / mup_attn_multiplier).
   float scale = 0.0f;

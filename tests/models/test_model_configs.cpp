@@ -156,6 +156,8 @@ TEST(ModelConfigs, Phi3SmallIsBlockSparseWithPeriodicDenseLayers) {
       EXPECT_EQ(l.attention.bs_block_size, 64);
       EXPECT_EQ(l.attention.bs_local_blocks, 16);
       EXPECT_EQ(l.attention.bs_vert_stride, 8);
+      // blocksparse_homo_head_pattern = false: vLLM's step max(1, 8 / 32 heads) = 1.
+      EXPECT_EQ(l.attention.bs_head_sliding_step, 1);
     }
     EXPECT_FLOAT_EQ(l.softmax_scale, 1.0f / 128.0f);  // muP: mup_attn_multiplier / head_dim
   }

@@ -310,7 +310,7 @@ std::vector<double> blocksparse_reference(const Case& c) {
         std::vector<int> keys;
         for (int p = 0; p <= pos; ++p) {
           const int kb = p / B;
-          if (!(qb - kb < cfg.bs_local_blocks || (kb + 1) % cfg.bs_vert_stride == 0)) continue;
+          if (!(qb - kb < cfg.bs_local_blocks || (kb + h * cfg.bs_head_sliding_step + 1) % cfg.bs_vert_stride == 0)) continue;
           double dot = 0;
           for (int x = 0; x < D; ++x)
             dot += double(load_as_float(c.q.data(), c.q.dtype(), (int64_t(t) * H + h) * D + x)) *

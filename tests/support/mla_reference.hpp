@@ -61,8 +61,9 @@ CompareResult compare_values(const std::vector<double>& got, const std::vector<d
 /// The same under the tolerance table's rule for (io, kv_storage), scaled to this reference.
 CompareResult compare_values(const std::vector<double>& got, const std::vector<double>& ref, DType io, DType kv_storage);
 
-/// Block-sparse (Phi-3-small, homo-head) fp64 reference over a generic Case: query block qb sees
-/// key block kb iff kb <= qb and (qb - kb < bs_local_blocks or (kb + 1) % bs_vert_stride == 0).
+/// Block-sparse (Phi-3-small) fp64 reference over a generic Case: query head h's block qb sees
+/// key block kb iff kb <= qb and (qb - kb < bs_local_blocks or
+/// (kb + h * bs_head_sliding_step + 1) % bs_vert_stride == 0).
 std::vector<double> blocksparse_reference(const Case& c);
 
 }  // namespace attn::test

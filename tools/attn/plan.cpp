@@ -156,7 +156,8 @@ std::string describe_layer(const attn::ModelLayer& l) {
   if (c.use_sparse) s << ", top-" << c.index_topk << " sparse";
   if (c.use_block_sparse) {
     s << ", block-sparse (block " << c.bs_block_size << ", local " << c.bs_local_blocks << ", vert stride "
-      << c.bs_vert_stride << ")";
+      << c.bs_vert_stride << (c.bs_head_sliding_step ? ", per-head columns step " + std::to_string(c.bs_head_sliding_step) : "")
+      << ")";
   }
   if (c.sliding_window) s << ", window " << c.sliding_window;
   if (c.logits_soft_cap) s << ", soft-cap " << number(c.logits_soft_cap);

@@ -14,7 +14,7 @@ class BlockSparseImpl final : public AttentionImpl {
     params_.validate();
     const LayerConfig& c = p.config;
     shape_ = {c.num_heads, c.num_kv_heads, c.head_size, c.effective_head_size_v(), p.effective_scale(), p.num_threads};
-    pattern_ = {c.bs_block_size, c.bs_local_blocks, c.bs_vert_stride};
+    pattern_ = {c.bs_block_size, c.bs_local_blocks, c.bs_vert_stride, c.bs_head_sliding_step};
     variant_ = mla::variant_for(detect_cpu(), /*latent=*/false);
   }
   RunResult run(const StepPlan& plan, const ForwardArgs& args) const override {

@@ -11,9 +11,9 @@
 /// with q = the block of the decoded token. Phi-3-small's config names the parameters
 /// blocksparse_block_size / blocksparse_num_local_blocks / blocksparse_vert_stride.
 ///
-/// Homo-head form: every head uses the same pattern. (vLLM's heterogeneous variant shifts head
-/// h's vertical columns by h * max(1, vert_stride / num_heads); LayerConfig carries no
-/// homo-head flag, so attn implements the homo-head pattern.)
+/// Heterogeneous heads (Phi-3-small's blocksparse_homo_head_pattern = false): query head h's
+/// vertical columns shift, (kb + h * head_sliding_step + 1) % vert_stride == 0, with vLLM's
+/// step max(1, vert_stride / num_heads); step 0 gives every head the same (homo-head) pattern.
 #include <cstdint>
 
 namespace attn::blocksparse {
@@ -22,13 +22,15 @@ struct Pattern {
   int block_size = 64;    // tokens per sparse block
   int local_blocks = 16;  // most recent blocks always attended (>= 1)
   int vert_stride = 8;    // every vert_stride-th block attended (>= 1)
+  int head_sliding_step = 0;  // 0: one pattern for every head
 
-  /// Whether query block qb may read key block kb (qb, kb: position / block_size).
-  bool allows(int64_t qb, int64_t kb) const {
-    return kb <= qb && (qb - kb < local_blocks || (kb + 1) % vert_stride == 0);
+  bool per_head() const { return head_sliding_step != 0; }
+  /// Whether query head `head`'s block qb may read key block kb (qb, kb: position / block_size).
+  bool allows(int64_t qb, int64_t kb, int64_t head = 0) const {
+    return kb <= qb && (qb - kb < local_blocks || (kb + head * head_sliding_step + 1) % vert_stride == 0);
   }
   /// A pattern that keeps every causal block: the dense baseline the benchmark compares with.
-  static Pattern dense(int block_size) { return {block_size, 1 << 30, 1}; }
+  static Pattern dense(int block_size) { return {block_size, 1 << 30, 1, 0}; }
 };
 
 }  // namespace attn::blocksparse

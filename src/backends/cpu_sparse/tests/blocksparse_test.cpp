@@ -1,4 +1,4 @@
-// cpu_blocksparse against the fp64 block-sparse oracle (Phi-3-small pattern, homo-head).
+// cpu_blocksparse against the fp64 block-sparse oracle (Phi-3-small pattern, homo- and per-head).
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
@@ -60,6 +60,37 @@ TEST(CpuBlockSparse, PatternsFromDenseToVerySparse) {
     spec.seqs = {{700, 1}, {0, 40}};
     expect_matches(spec);
   }
+}
+
+TEST(CpuBlockSparse, PerHeadPatternsShiftTheVerticalColumns) {
+  // Phi-3-small's heterogeneous heads: head h's columns shift by h * step (steps 1 and 2, GQA 4
+  // and MHA, fp8 per-head scales included), so heads of one KV group read different key lists.
+  for (int step : {1, 2}) {
+    for (int kv_heads : {2, 8}) {
+      CaseSpec spec = blocksparse_case(DType::bfloat16, KVCacheDType::auto_, fresh_seed());
+      spec.config.bs_head_sliding_step = step;
+      spec.config.num_kv_heads = kv_heads;
+      spec.num_threads = 2;
+      expect_matches(spec);
+    }
+  }
+  CaseSpec fp8 = blocksparse_case(DType::float32, KVCacheDType::fp8_e4m3, fresh_seed());
+  fp8.config.bs_head_sliding_step = 1;
+  fp8.config.use_per_head_quant_scales = true;
+  fp8.per_head_scales = true;
+  expect_matches(fp8);
+}
+
+TEST(CpuBlockSparse, PerHeadPatternDiffersFromHomoHead) {
+  // The oracle and the kernel both change with the step: the per-head case is really tested.
+  CaseSpec spec = blocksparse_case(DType::float32, KVCacheDType::auto_, 11);
+  Case homo = make_case(spec, "cpu_blocksparse");
+  spec.config.bs_head_sliding_step = 1;
+  Case hetero = make_case(spec, "cpu_blocksparse");
+  run_forward(homo);
+  run_forward(hetero);
+  EXPECT_FALSE(compare_output(hetero, blocksparse_reference(homo)).ok);
+  EXPECT_TRUE(compare_output(hetero, blocksparse_reference(hetero)).ok);
 }
 
 TEST(CpuBlockSparse, DensePatternEqualsDenseAttention) {
