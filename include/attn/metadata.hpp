@@ -13,6 +13,9 @@ struct SequenceSpec {
   int64_t context_len = 0;          // tokens already in the cache before this step
   int64_t query_len = 0;            // new tokens this step (1 for decode)
   std::vector<int32_t> block_ids;   // the sequence's blocks, in order; must cover context+query
+  /// Multimodal prefix [mm_start, mm_end) (positions): its tokens attend each other in both
+  /// directions on use_mm_prefix layers. Empty (start == end) = none.
+  int64_t mm_start = 0, mm_end = 0;
 };
 
 struct BatchMetadata {
@@ -27,10 +30,22 @@ struct BatchMetadata {
   std::vector<int32_t> seq_lens;          // [num_seqs], context + new tokens
   std::vector<int32_t> block_table;       // [num_seqs, max_blocks_per_seq], unused entries -1
   std::vector<int64_t> slot_mapping;      // [num_tokens], block_id * block_size + offset; -1 = skip
+  /// [num_seqs][2] or empty: each sequence's multimodal prefix [start, end) of positions, read by
+  /// use_mm_prefix layers (a query inside it sees the whole range; causal elsewhere). The range
+  /// must be in the cache once any of its tokens queries (end <= seq_len).
+  std::vector<int32_t> mm_prefix_ranges;
 
   int32_t query_len(int s) const { return query_start_loc[s + 1] - query_start_loc[s]; }
   int32_t context_len(int s) const { return seq_lens[s] - query_len(s); }
   const int32_t* blocks(int s) const { return block_table.data() + int64_t(s) * max_blocks_per_seq; }
+  /// The last key position a causal query at `pos` of sequence s sees when multimodal prefix
+  /// ranges apply: the range's end - 1 inside the range, else pos.
+  int32_t causal_limit(int s, int32_t pos) const { return mm_causal_limit(mm_prefix_ranges.empty() ? nullptr : mm_prefix_ranges.data(), s, pos); }
+  static int32_t mm_causal_limit(const int32_t* ranges, int s, int32_t pos) {
+    if (!ranges) return pos;
+    const int32_t lo = ranges[2 * s], hi = ranges[2 * s + 1];
+    return pos >= lo && pos < hi ? hi - 1 : pos;
+  }
 
   /// Builds metadata from per-sequence specs; validates every length and block id against a
   /// cache of `num_blocks` blocks of `block_size` tokens.

@@ -37,6 +37,10 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
               "a block id in [0, " + std::to_string(num_blocks) + ")");
     total = checked_sum("num_tokens", {total, q.query_len}, limits::kMaxTokens, "query tokens of one step, summed over sequences");
     max_blocks = std::max(max_blocks, need);
+    ATTN_REQUIRE(q.mm_start >= 0 && q.mm_start <= q.mm_end && q.mm_end <= len, seq_arg(int(s), "mm_start/mm_end"),
+                 std::to_string(q.mm_start) + "/" + std::to_string(q.mm_end),
+                 "0 <= mm_start <= mm_end <= context_len + query_len = " + std::to_string(len));
+    if (q.mm_end > q.mm_start) md.mm_prefix_ranges.resize(seqs.size() * 2, 0);
   }
   checked_product("num_seqs * max_blocks_per_seq", {int64_t(seqs.size()), max_blocks}, limits::kMaxTokens,
                   "entries of the block table");
@@ -54,6 +58,8 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
     md.max_seq_len = std::max(md.max_seq_len, md.seq_lens[s]);
     const int64_t need = blocks_needed(md.seq_lens[s], block_size);
     std::copy(q.block_ids.begin(), q.block_ids.begin() + need, md.block_table.begin() + int64_t(s) * max_blocks);
+    if (!md.mm_prefix_ranges.empty())
+      md.mm_prefix_ranges[2 * s] = int32_t(q.mm_start), md.mm_prefix_ranges[2 * s + 1] = int32_t(q.mm_end);
     for (int64_t i = 0; i < q.query_len; ++i) {
       const int64_t pos = q.context_len + i;
       md.slot_mapping.push_back(int64_t(q.block_ids[pos / block_size]) * block_size + pos % block_size);
@@ -101,6 +107,14 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
           "num_tokens = " + std::to_string(num_tokens));
   ATTN_REQUIRE(max_query_len >= max_q, "metadata.max_query_len", max_query_len, ">= " + std::to_string(max_q));
   ATTN_REQUIRE(max_seq_len >= max_s, "metadata.max_seq_len", max_seq_len, ">= " + std::to_string(max_s));
+  ATTN_REQUIRE(mm_prefix_ranges.empty() || int64_t(mm_prefix_ranges.size()) == 2 * int64_t(num_seqs),
+               "metadata.mm_prefix_ranges.size()", mm_prefix_ranges.size(), "0 or 2 * num_seqs = " + std::to_string(2 * int64_t(num_seqs)));
+  for (int s = 0; s < int(mm_prefix_ranges.size() / 2); ++s) {
+    const int32_t lo = mm_prefix_ranges[2 * s], hi = mm_prefix_ranges[2 * s + 1];
+    ATTN_REQUIRE(lo >= 0 && lo <= hi && hi <= seq_lens[s], "metadata.mm_prefix_ranges[" + std::to_string(s) + "]",
+                 std::to_string(lo) + ".." + std::to_string(hi),
+                 "0 <= start <= end <= seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_lens[s]));
+  }
   ATTN_REQUIRE(int64_t(slot_mapping.size()) == num_tokens || slot_mapping.empty(), "metadata.slot_mapping.size()",
           slot_mapping.size(), "num_tokens = " + std::to_string(num_tokens) + " (or empty)");
   const int64_t slots = int64_t(num_blocks) * block_size;

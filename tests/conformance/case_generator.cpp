@@ -77,6 +77,7 @@ void add_beyond_one_split(const Capabilities& caps, const std::vector<DType>& dt
   if (caps.soft_cap) features.push_back({"soft_cap", [](CaseSpec& s) { s.config.logits_soft_cap = 4.0f; }});
   if (caps.alibi) features.push_back({"alibi", [](CaseSpec& s) { s.config.use_alibi = true; }});
   if (caps.non_causal) features.push_back({"non_causal", [](CaseSpec& s) { s.config.use_non_causal = true; }});
+  if (caps.mm_prefix) features.push_back({"mm_prefix", [](CaseSpec& s) { s.config.use_mm_prefix = true, s.mm_prefix = true; }});
   auto long_case = [&](const std::string& label, const std::function<void(CaseSpec&)>& mutate) {
     add(label + tag, [&](CaseSpec& s) {
       s.config.dtype = dt;
@@ -229,6 +230,8 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
     });
   if (caps.alibi) each_dtype(feature_dtypes, "alibi", [](CaseSpec& s) { s.config.use_alibi = true; });
   if (caps.non_causal) each_dtype(feature_dtypes, "non_causal", [](CaseSpec& s) { s.config.use_non_causal = true; });
+  if (caps.mm_prefix)
+    each_dtype(feature_dtypes, "mm_prefix", [](CaseSpec& s) { s.config.use_mm_prefix = true, s.mm_prefix = true; });
   for (AttnType t : caps.attn_types)
     if (t != AttnType::decoder)
       add("attn_type=" + std::string(to_string(t)), [&](CaseSpec& s) { s.config.attn_type = t; });

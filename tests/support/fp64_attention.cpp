@@ -97,11 +97,15 @@ std::vector<double> reference_attention(const Case& c, const Fault& fault) {
     const auto& V = c.dense_v[std::size_t(s)];
     for (int i = 0; i < ql; ++i) {
       const int qpos = len - ql + i;
+      // use_mm_prefix: a query inside its sequence's multimodal prefix sees the whole prefix.
+      const bool mm = cfg.use_mm_prefix && !c.md.mm_prefix_ranges.empty();
+      const int last = mm && qpos >= c.md.mm_prefix_ranges[2 * s] && qpos < c.md.mm_prefix_ranges[2 * s + 1]
+                           ? c.md.mm_prefix_ranges[2 * s + 1] - 1 : qpos;
       for (int h = 0; h < H; ++h) {
         const int kh = h / group;
         Row row;
         for (int t = 0; t < len; ++t) {
-          if (c.md.causal && (t > qpos || (f == FaultKind::missing_diagonal && t == qpos))) continue;
+          if (c.md.causal && (t > last || (f == FaultKind::missing_diagonal && t == qpos))) continue;
           if (window > 0 && t <= qpos - window) continue;
           double dot = 0;
           for (int x = 0; x < D; ++x)

@@ -188,7 +188,15 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
   }
 
   std::vector<SequenceSpec> step;
-  for (std::size_t s = 0; s < S; ++s) step.push_back({spec.seqs[s].context_len, spec.seqs[s].query_len, tables[s]});
+  for (std::size_t s = 0; s < S; ++s) {
+    SequenceSpec seq{spec.seqs[s].context_len, spec.seqs[s].query_len, tables[s]};
+    if (spec.mm_prefix) {  // a range in the sequence (often around the new tokens), sometimes empty
+      const int64_t len = seq.context_len + seq.query_len;
+      seq.mm_start = std::uniform_int_distribution<int64_t>(0, len)(rng);
+      seq.mm_end = std::uniform_int_distribution<int64_t>(seq.mm_start, len)(rng);
+    }
+    step.push_back(std::move(seq));
+  }
   c.md = BatchMetadata::build(step, bs, total_blocks, cfg.causal());
   c.q = random_buffer(rng, io, {c.md.num_tokens, H, D}, spec.value_range);
   if (spec.plant_keys)

@@ -39,6 +39,7 @@ struct CaseSpec {
   int spare_blocks = 3;         // unused (NaN-poisoned) blocks in the pool
   float scale = 0;              // 0 → 1/sqrt(head_size)
   bool per_head_scales = false; // fp8 caches: one scale per KV head (else per tensor)
+  bool mm_prefix = false;       // each sequence gets a random multimodal prefix range in the step metadata
   int num_threads = 0;
   float value_range = 1.0f;     // q/k/v ~ U(-range, range)
   // Wide score range: per sequence and KV head, one key in every 128 positions (and the newest

@@ -50,7 +50,8 @@ class CpuFlashImpl final : public AttentionImpl {
     ATTN_REQUIRE(spec.layout != KVLayout::MLA, "cache.layout", to_string(spec.layout), "NHD or HND (cpu_flash)");
     KernelArgs shape = args_for(spec);
     shape.causal = md.causal;
-    Plan items = make_plan(md, PlanShape{shape.group, shape.num_kv_heads, shape.head_size_v, shape.window, shape.causal});
+    Plan items = make_plan(md, PlanShape{shape.group, shape.num_kv_heads, shape.head_size_v, shape.window, shape.causal,
+                                         mm_ranges(md)});
     prefill::PackLayout pack = prefill::plan_for(shape, items, isa_, prefill_route_);
     return std::make_shared<FlashStepPlan>(params_.config, md, spec, std::move(items), std::move(pack));
   }
@@ -68,6 +69,7 @@ class CpuFlashImpl final : public AttentionImpl {
     a.block_table = md.block_table.data();
     a.max_blocks_per_seq = md.max_blocks_per_seq;
     a.causal = md.causal;
+    a.mm_ranges = mm_ranges(md);
 
     Workspace own;
     char* ws = static_cast<char*>(scratch(args, own, fp.workspace_bytes()));
@@ -82,7 +84,7 @@ class CpuFlashImpl final : public AttentionImpl {
     for (int64_t i = 0; i < n; ++i) {
       const WorkItem& it = plan.items[std::size_t(i)];
       if (prefill_call.run(a, it)) continue;
-      (decode && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials);
+      (decode && !it.mm && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials);
     }
     if (!plan.merges.empty()) run_merges(a, plan, partials, threads);
     return {variant_, {}};
@@ -91,6 +93,10 @@ class CpuFlashImpl final : public AttentionImpl {
   std::string variant() const override { return variant_; }
 
  private:
+  /// The step's multimodal prefix ranges when this layer reads them (use_mm_prefix), else null.
+  const int32_t* mm_ranges(const BatchMetadata& md) const {
+    return params_.config.use_mm_prefix && !md.mm_prefix_ranges.empty() ? md.mm_prefix_ranges.data() : nullptr;
+  }
   /// The kernel arguments that depend only on the layer and the cache geometry (no data).
   KernelArgs args_for(const KVCacheSpec& spec) const {
     const LayerConfig& c = params_.config;
@@ -127,7 +133,7 @@ BackendDescriptor cpu_flash_descriptor() {
                        KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2};
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
-  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = true;
+  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
   c.per_head_quant_scales = true;
   // Plans depend on each sequence alone and every item runs alone in a fixed order
   // (proven by the batch-invariance tests in tests/).

@@ -56,6 +56,7 @@ struct KernelArgs {
   bool causal = true;
   const float* alibi_slopes = nullptr;  // [num_heads] or null
   const float* sinks = nullptr;         // [num_heads] or null
+  const int32_t* mm_ranges = nullptr;   // [num_seqs][2] multimodal prefix ranges (use_mm_prefix), or null
 };
 
 /// One unit of parallel work. Rows are (query token, q head of the group), token-major.
@@ -65,6 +66,7 @@ struct WorkItem {
   int32_t kv_begin = 0, kv_end = 0; // key positions this item covers
   int64_t partial = -1;             // float offset of this item's partial state; -1 = write `out` directly
   int64_t cost = 0;                 // rows x keys, for ordering
+  bool mm = false;                  // has rows inside a multimodal prefix: general kernel only
 };
 
 /// Rows of a work item and the float size of its partial state (o[rows][dv], m[rows], l[rows]).

@@ -208,10 +208,12 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
         Qk::template block<S, T, RB, KB>(qt, r0, kp + j0, d, sbuf + r0 * kChunk + j0, kChunk);
       }
 
-    const bool need_mask = (a.causal && c + n - 1 > p0) || (a.window > 0 && c <= p1 - a.window);
+    const bool need_mask = (a.causal && c + n - 1 > BatchMetadata::mm_causal_limit(a.mm_ranges, s_idx, p0)) ||
+                           (a.window > 0 && c <= p1 - a.window);
     for (int r = 0; r < rows; ++r) {
       float* sr = sbuf + r * kChunk;
       const int32_t pos = first_pos + it.q_begin + r / g;
+      const int32_t last = BatchMetadata::mm_causal_limit(a.mm_ranges, s_idx, pos);  // last causally visible key
       for (int x = 0; x < kChunk; x += S::W) {
         typename S::F v = S::mul(S::loadu(sr + x), S::set1(sscale));
         if (cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
@@ -228,10 +230,10 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       if (need_mask) {
         for (int j = 0; j < n; ++j) {
           const int32_t key = c + j;
-          if ((a.causal && key > pos) || (a.window > 0 && key <= pos - a.window)) sr[j] = kNegInf;
+          if ((a.causal && key > last) || (a.window > 0 && key <= pos - a.window)) sr[j] = kNegInf;
         }
         // Causal and window masks leave an interval of keys visible.
-        if (a.causal) span_hi[r] = std::clamp(pos + 1 - c, 0, n);
+        if (a.causal) span_hi[r] = std::clamp(last + 1 - c, 0, n);
         if (a.window > 0) span_lo[r] = std::clamp(pos - a.window + 1 - c, 0, n);
       }
       for (int j = n; j < kChunk; ++j) sr[j] = kNegInf;

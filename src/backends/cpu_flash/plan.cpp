@@ -22,13 +22,17 @@ Plan make_plan(const BatchMetadata& md, const PlanShape& shape, const Tiling& ti
       const int32_t t1 = std::min(qlen, t0 + tile_tokens);
       const int rows = (t1 - t0) * g;
       int32_t lo, hi;
-      visible_keys(len, first_pos + t0, first_pos + t1 - 1, shape, lo, hi);
+      const int32_t p0 = first_pos + t0, p1 = first_pos + t1 - 1;
+      // A query inside a multimodal prefix sees to the prefix's end (the last row's limit bounds all).
+      visible_keys(len, p0, BatchMetadata::mm_causal_limit(shape.mm_ranges, s, p1), shape, lo, hi);
+      const bool mm = shape.mm_ranges && shape.mm_ranges[2 * s] < shape.mm_ranges[2 * s + 1] &&
+                      p0 < shape.mm_ranges[2 * s + 1] && p1 >= shape.mm_ranges[2 * s];
       // Decode-like tiles over a long range split it at fixed absolute positions, so a
       // sequence is cut the same way whatever else is in the batch.
       const bool split = rows <= tiling.split_max_rows && hi - lo > tiling.split_len;
       for (int h = 0; h < shape.num_kv_heads; ++h) {
         WorkItem it;
-        it.seq = s, it.kv_head = h, it.q_begin = t0, it.q_end = t1;
+        it.seq = s, it.kv_head = h, it.q_begin = t0, it.q_end = t1, it.mm = mm;
         if (!split) {
           it.kv_begin = lo, it.kv_end = hi;
           it.cost = int64_t(rows) * std::max(1, hi - lo);

@@ -18,6 +18,7 @@ struct PlanShape {
   int head_size_v = 128;
   int window = 0;          // 0 = none
   bool causal = true;
+  const int32_t* mm_ranges = nullptr;  // multimodal prefix ranges of the step (use_mm_prefix), or null
 };
 
 /// Tiling constants (measured; see bench/ and the README table).

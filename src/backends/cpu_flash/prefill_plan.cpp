@@ -21,7 +21,7 @@ Route route_from_env() {
 }
 
 bool takes_prefill(const PackLayout& layout, const KernelArgs& a, const WorkItem& it) {
-  if (layout.bytes == 0 || it.partial >= 0 || item_rows(it, a.group) < layout.min_rows) return false;
+  if (layout.bytes == 0 || it.mm || it.partial >= 0 || item_rows(it, a.group) < layout.min_rows) return false;
   return layout.group(it.seq, it.kv_head, a.num_kv_heads).offset >= 0;
 }
 
@@ -51,7 +51,7 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   // The key range each sequence's prefill items need (the same for all its KV heads).
   std::vector<int32_t> lo(std::size_t(num_seqs), INT32_MAX), hi(std::size_t(num_seqs), 0);
   for (const WorkItem& it : plan.items) {
-    if (it.partial >= 0 || item_rows(it, a.group) < L.min_rows || it.kv_end <= it.kv_begin) continue;
+    if (it.mm || it.partial >= 0 || item_rows(it, a.group) < L.min_rows || it.kv_end <= it.kv_begin) continue;
     lo[std::size_t(it.seq)] = std::min(lo[std::size_t(it.seq)], it.kv_begin);
     hi[std::size_t(it.seq)] = std::max(hi[std::size_t(it.seq)], it.kv_end);
   }

@@ -30,6 +30,7 @@ class ReferenceImpl final : public AttentionImpl {
     const int d = c.head_size, dv = kv.head_size_v;
     const float scale = p_.effective_scale();
     const char* base = static_cast<const char*>(kv.base);
+    const int32_t* mm = c.use_mm_prefix && !md.mm_prefix_ranges.empty() ? md.mm_prefix_ranges.data() : nullptr;
 
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads())
     for (int s = 0; s < md.num_seqs; ++s) {
@@ -54,7 +55,7 @@ class ReferenceImpl final : public AttentionImpl {
               qrow[x] = load_as_float(q.data, q.dtype, tok * q.strides[0] + h * q.strides[1] + x);
             float m = -std::numeric_limits<float>::infinity();
             for (int t = 0; t < len; ++t) {
-              if (!visible(qpos, t, md.causal)) { scores[t] = -std::numeric_limits<float>::infinity(); continue; }
+              if (!visible(qpos, t, md.causal, mm, s)) { scores[t] = -std::numeric_limits<float>::infinity(); continue; }
               float sc = 0.0f;
               for (int x = 0; x < d; ++x) sc += qrow[x] * K[std::size_t(t) * d + x];
               sc *= scale;
@@ -86,8 +87,9 @@ class ReferenceImpl final : public AttentionImpl {
   }
 
  private:
-  bool visible(int qpos, int kpos, bool causal) const {
-    if (causal && kpos > qpos) return false;
+  /// `mm`: the step's multimodal prefix ranges on use_mm_prefix layers (else null).
+  bool visible(int qpos, int kpos, bool causal, const int32_t* mm, int s) const {
+    if (causal && kpos > BatchMetadata::mm_causal_limit(mm, s, qpos)) return false;
     if (params_.config.sliding_window > 0 && kpos <= qpos - params_.config.sliding_window) return false;
     return true;
   }
@@ -108,7 +110,7 @@ BackendDescriptor reference_descriptor() {
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
-  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = true;
+  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
   c.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
   c.per_head_quant_scales = true;
   c.attn_types = all_attn_types();
