@@ -90,7 +90,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
 Workload::~Workload() = default;
 
 double Workload::run_once() {
-  const attn::BatchMetadata& md = md_[next_++ % md_.size()];
+  const attn::BatchMetadata& md = md_[take_instance()];
   const auto t0 = Clock::now();
   impl_->forward(q_.view(), *cache_, md, out_.view());
   return since(t0);
