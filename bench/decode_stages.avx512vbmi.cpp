@@ -14,7 +14,10 @@
 // (decode_impl.hpp compiled here with the kernel's flags). Stages are interleaved per repetition
 // and reported as medians. docs/decode-model.md explains the figures.
 //
-//   attn_decode_stages [--reps N] [--all] [--cache] [--kernel] [--threads N] [--filter S] [--pf HINT:AHEAD]
+//   attn_decode_stages [--reps N] [--all] [--cache [--context N]] [--block-size N] [--kernel] [--threads N] [--filter S] [--pf HINT:AHEAD]
+// --block-size N: cache blocks of N keys instead of the backend's preferred size.
+// --cache: one instance of B=1 × N keys (default 2048) read again and again: cache figures,
+// the compute side of each stage (N = 128 keeps it in L2).
 // One-thread figures are the calling thread's CPU time (robust on a shared machine); figures on
 // all threads are wall time.
 #define ATTN_CF_NS decode_stages
@@ -163,6 +166,8 @@ struct Options {
   int reps = 9;
   bool all = false, cache = false, kernel_only = false;
   int threads = 0;  // 0: 1 and all
+  int block_size = 0;  // 0: the backend's preferred block size
+  int cache_context = 2048;  // --cache: keys per sequence (2048: 8 MiB bf16, L3; 128: 512 KiB, L2)
   std::string filter;
   Prefetch pf;
 };
@@ -233,6 +238,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--all") o.all = true;
     else if (a == "--cache") o.cache = true;
     else if (a == "--kernel") o.kernel_only = true;
+    else if (a == "--block-size") o.block_size = std::max(0, std::atoi(value().c_str()));
+    else if (a == "--context") o.cache_context = std::max(1, std::atoi(value().c_str()));
     else if (a == "--threads") o.threads = std::atoi(value().c_str());
     else if (a == "--filter") o.filter = value();
     else if (a == "--pf") {
@@ -240,7 +247,7 @@ Options parse(int argc, char** argv) {
       if (std::sscanf(v.c_str(), "%d:%d", &o.pf.hint, &o.pf.ahead) != 2 || o.pf.hint < 0 || o.pf.hint > 4 || o.pf.ahead < 1)
         throw attn::Error("--pf " + v + ": expected HINT:AHEAD, hint 0 (none) 1 (t0) 2 (t1) 3 (t2) 4 (nta), ahead ≥ 1");
     } else
-      throw attn::Error("unknown argument " + a + " (expected --reps N, --all, --cache, --kernel, --threads N, --filter S, --pf HINT:AHEAD)");
+      throw attn::Error("unknown argument " + a + " (expected --reps N, --all, --cache, --context N, --block-size N, --kernel, --threads N, --filter S, --pf HINT:AHEAD)");
   }
   return o;
 }
@@ -267,10 +274,13 @@ int main(int argc, char** argv) try {
               load[0], dram[0], dram[1], max_threads);
   // The MAC bound of the group-of-4 kernel: every 64-byte line of K or V costs 4 vdpbf16ps for
   // bf16 (32 elements × 4 rows) and 8 for e4m3 (64 elements), whatever else runs.
-  const double dot1 = attn_bench::bf16_dot(1, 5).value, dot_all = attn_bench::bf16_dot(max_threads, 5).value;
-  std::printf("vdpbf16ps zmm %.0f GFLOP/s (1 thread), %.0f (%d threads): MAC bound of GQA-4 decode %.1f / %.1f GB/s bf16, "
-              "%.1f / %.1f GB/s e4m3\n",
-              dot1, dot_all, max_threads, dot1 / 64 / 4 * 64, dot_all / 64 / 4 * 64, dot1 / 64 / 8 * 64, dot_all / 64 / 8 * 64);
+  // One thread on its CPU time, like the one-thread stages.
+  const double dot1 = attn_bench::median_after_warmup(5, [] {
+    const double c0 = thread_seconds(), flop = attn_bench::simd().dot_bf16(2'000'000);
+    return flop / (thread_seconds() - c0) / 1e9;
+  });
+  std::printf("vdpbf16ps zmm %.0f GFLOP/s (1 thread, CPU time): MAC bound of GQA-4 decode %.1f GB/s bf16, %.1f GB/s e4m3 per core\n",
+              dot1, dot1 / 64 / 4 * 64, dot1 / 64 / 8 * 64);
   std::printf("software prefetch of the read/convert/qk stages: hint %d, %d chunk(s) ahead\n", o.pf.hint, o.pf.ahead);
   std::vector<attn_bench::Shape> shapes;
   for (int b : {1, 8})
@@ -279,7 +289,7 @@ int main(int argc, char** argv) try {
         if (!o.all && !((b == 1 && ctx == 4096) || (b == 8 && ctx == 16384))) continue;
         if (o.cache && !(b == 1 && ctx == 4096)) continue;
         attn_bench::Shape s;
-        s.batch = b, s.context = o.cache ? 2048 : ctx, s.kv = kv;
+        s.batch = b, s.context = o.cache ? o.cache_context : ctx, s.kv = kv, s.block_size = o.block_size;
         s.name = "llama8b_decode_b" + std::to_string(b) + "_ctx" + std::to_string(s.context);
         if (!o.filter.empty() && (s.name + (kv == attn::KVCacheDType::auto_ ? "_bf16" : "_fp8")).find(o.filter) == std::string::npos) continue;
         shapes.push_back(s);

@@ -36,7 +36,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   if (!desc) throw Error("bench: unknown backend " + backend);
   impl_ = Registry::instance().create(backend, params_);
 
-  const int bs = desc->preferred_block_size, len = s.context + s.query_len;
+  const int bs = s.block_size > 0 ? s.block_size : desc->preferred_block_size, len = s.context + s.query_len;
   const int blocks_per_seq = (len + bs - 1) / bs;
   // Blocks wholly before the first visible key are never read: they share one filler block.
   const int skipped = first_visible(s, s.context) / bs, read_blocks = blocks_per_seq - skipped;

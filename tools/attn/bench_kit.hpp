@@ -65,6 +65,7 @@ struct Shape {
   attn::KVCacheDType kv = attn::KVCacheDType::auto_;
   int window = 0;
   bool sinks = false;
+  int block_size = 0;  // 0: the backend's preferred block size
 };
 
 /// A prepared step for one backend: enough disjoint copies ("instances") of the batch in one
