@@ -16,6 +16,9 @@
 //
 //   attn_decode_stages [--reps N] [--all] [--cache [--context N]] [--block-size N] [--kernel] [--threads N] [--filter S] [--pf HINT:AHEAD]
 // --block-size N: cache blocks of N keys instead of the backend's preferred size.
+// --pf HINT:AHEAD: the read/convert/qk stages' software prefetch: 0 none, 1 T0, 2 T1 (the
+// kernel's), 3 T2, 4 NTA; chunks ahead (the kernel's: 1).
+// The header also prints one core's vdpbf16ps rate and the dot-product bound it sets.
 // --cache: one instance of B=1 × N keys (default 2048) read again and again: cache figures,
 // the compute side of each stage (N = 128 keeps it in L2).
 // One-thread figures are the calling thread's CPU time (robust on a shared machine); figures on

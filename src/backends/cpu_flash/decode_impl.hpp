@@ -379,8 +379,9 @@ inline void prefetch_l2(const char* p, int64_t bytes) {
 template <KvType T, bool Bf16Dot, int RB>
 void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   constexpr int KB = 16 / RB;
-  // e4m3 with dot products (VBMI builds only): each chunk is converted to bf16 rows in scratch
-  // and then runs exactly as a bf16 cache does (TK is the type the products see).
+  // e4m3 with dot products (VBMI builds only): 4-row tiles widen K and V in registers (fused,
+  // below); smaller tiles convert each chunk to bf16 rows in scratch and then run exactly as a
+  // bf16 cache does (TK is the type the products see).
   constexpr bool Fp8Dot = Bf16Dot && T == KvType::e4m3;
   static_assert(!Fp8Dot || ATTN_CF_VBMI, "e4m3 dot products need the VBMI table lookups");
   constexpr KvType TK = Fp8Dot ? KvType::bf16 : T;
