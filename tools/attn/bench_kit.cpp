@@ -36,7 +36,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   if (!desc) throw Error("bench: unknown backend " + backend);
   impl_ = Registry::instance().create(backend, params_);
 
-  const int bs = desc->preferred_block_size, len = s.context + s.query_len;
+  const int bs = s.block_size > 0 ? s.block_size : desc->preferred_block_size, len = s.context + s.query_len;
   const int blocks_per_seq = (len + bs - 1) / bs;
   // Blocks wholly before the first visible key are never read: they share one filler block.
   const int skipped = first_visible(s, s.context) / bs, read_blocks = blocks_per_seq - skipped;
@@ -90,7 +90,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
 Workload::~Workload() = default;
 
 double Workload::run_once() {
-  const attn::BatchMetadata& md = md_[next_++ % md_.size()];
+  const attn::BatchMetadata& md = md_[take_instance()];
   const auto t0 = Clock::now();
   impl_->forward(q_.view(), *cache_, md, out_.view());
   return since(t0);

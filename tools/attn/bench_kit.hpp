@@ -65,6 +65,7 @@ struct Shape {
   attn::KVCacheDType kv = attn::KVCacheDType::auto_;
   int window = 0;
   bool sinks = false;
+  int block_size = 0;  // 0: the backend's preferred block size
 };
 
 /// A prepared step for one backend: enough disjoint copies ("instances") of the batch in one
@@ -86,6 +87,8 @@ class Workload {
   /// The work items of that read for instance `i`: one per (sequence, kv head, 1024-key split)
   /// as cpu_flash's plan cuts decode, largest first.
   std::vector<PagedRows> paged_rows(std::size_t i) const;
+  /// The instance the next call reads (advances the rotation every timed call shares).
+  std::size_t take_instance() { return next_++ % md_.size(); }
   double kv_bytes() const { return kv_bytes_; }        // KV bytes one call must read
   double useful_flops() const { return flops_; }       // 2·(d + dv) per visible (query, key, head)
   int instances() const { return int(md_.size()); }

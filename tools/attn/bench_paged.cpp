@@ -50,7 +50,7 @@ std::vector<PagedRows> Workload::paged_rows(std::size_t i) const {
 }
 
 double Workload::paged_read_once() {
-  const std::size_t i = next_++ % md_.size();
+  const std::size_t i = take_instance();
   if (items_.size() != md_.size()) items_.resize(md_.size());
   if (items_[i].empty()) items_[i] = paged_rows(i);
   const std::vector<PagedRows>& items = items_[i];

@@ -14,7 +14,10 @@
 //    serves both P·V forms); the row sums use the rounded P, so the weights stay normalized;
 //  - e4m3 with bf16 q (where the CPU has AVX512-VBMI): two 128-entry byte-table lookups
 //    (vpermi2b) give the high and low bytes of each value's bf16 encoding, 64 values in 5 ops,
-//    exact (the NaN code stays NaN); then both products run on vdpbf16ps as for bf16;
+//    exact (the NaN code stays NaN); then both products run on vdpbf16ps as for bf16. With a
+//    4-row tile (GQA ≥ 4) the widened vectors go straight into the dot products in the order the
+//    lookups give (q stored in that order, the output undone at the end): 3–5 % faster than a
+//    round trip through a bf16 scratch row (docs/decode-model.md), which smaller tiles keep;
 //  - no heap: the per-thread scratch is fixed-size (rows ≤ 16, head size ≤ 256);
 //  - masked keys contribute exactly nothing: their scores are -inf, and on chunks where some
 //    row's visible keys are an interval inside the chunk, P·V skips the others (0·NaN = NaN).
@@ -79,6 +82,10 @@ inline void load_slice(const char* p, __m512& lo, __m512& hi) {
   }
 }
 
+/// Which of 64 source elements lands at bf16 position p of e4m3x64_bf16_lanes' a0 (p < 32) or
+/// a1 (p - 32): the byte unpacks interleave within 128-bit lanes.
+constexpr int e4m3_lane_elem(int p) { return p < 32 ? 16 * (p / 8) + p % 8 : 16 * ((p - 32) / 8) + 8 + p % 8; }
+
 #if ATTN_CF_VBMI
 /// bf16 encodings of every e4m3 magnitude × 2^-8 (the same 2^-8 as the fp16-bit path, see
 /// kE4m3Rebias), split into low and high bytes: 128-entry tables for vpermi2b. All values
@@ -111,24 +118,32 @@ struct E4m3Lut {
         hi0(_mm512_load_si512(kE4m3Table.hi)), hi1(_mm512_load_si512(kE4m3Table.hi + 64)) {}
 };
 
-/// 64 e4m3 bytes as 64 bf16 in natural order (a0: elements 0..31, a1: 32..63). The qword
-/// permute first puts source bytes 8L..8L+7 and 32+8L..32+8L+7 in 128-bit lane L, which is
-/// what the byte unpacks after the lookups interleave.
-inline void e4m3x64_bf16(const E4m3Lut& t, const char* p, __m512i& a0, __m512i& a1) {
-  const __m512i x = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), _mm512_loadu_si512(p));
+/// 64 e4m3 bytes (x) as 64 bf16 in lane order (see e4m3_lane_elem): two lookups, the sign, two
+/// byte unpacks.
+inline void e4m3x64_bf16_lanes(const E4m3Lut& t, __m512i x, __m512i& a0, __m512i& a1) {
   const __m512i lo = _mm512_permutex2var_epi8(t.lo0, x, t.lo1);
   __m512i hi = _mm512_permutex2var_epi8(t.hi0, x, t.hi1);
   hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (x & sign)
   a0 = _mm512_unpacklo_epi8(lo, hi), a1 = _mm512_unpackhi_epi8(lo, hi);
 }
+/// 64 e4m3 bytes as 64 bf16 in natural order (a0: elements 0..31, a1: 32..63). The qword
+/// permute first puts source bytes 8L..8L+7 and 32+8L..32+8L+7 in 128-bit lane L, which is
+/// what the byte unpacks after the lookups interleave.
+inline void e4m3x64_bf16(const E4m3Lut& t, const char* p, __m512i& a0, __m512i& a1) {
+  e4m3x64_bf16_lanes(t, _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), _mm512_loadu_si512(p)), a0, a1);
+}
 
 /// Rows [0, n) of d e4m3 values, `stride` bytes apart, into bf16 rows of the scratch buffer.
-inline void e4m3_rows_bf16(const char* src, int64_t stride, int n, int d, uint16_t (*dst)[kMaxHeadSizeDecode]) {
+/// Lanes: in e4m3_lane_elem order within each 64 elements rather than natural order.
+inline void e4m3_rows_bf16(const char* src, int64_t stride, int n, int d, uint16_t (*dst)[kMaxHeadSizeDecode], bool lanes = false) {
   const E4m3Lut t;
   for (int r = 0; r < n; ++r, src += stride)
     for (int x = 0; x < d; x += 64) {
       __m512i a0, a1;
-      e4m3x64_bf16(t, src + x, a0, a1);
+      if (lanes)
+        e4m3x64_bf16_lanes(t, _mm512_loadu_si512(src + x), a0, a1);
+      else
+        e4m3x64_bf16(t, src + x, a0, a1);
       _mm512_store_si512(&dst[r][x], a0), _mm512_store_si512(&dst[r][x + 32], a1);
     }
 }
@@ -198,10 +213,26 @@ struct alignas(64) Scratch {
 
 /// Q·Kᵀ for RB rows × KB keys (RB·KB = 16 accumulators), dot products along the head size,
 /// summed by one transpose-add tree. Bf16Dot: vdpbf16ps on raw bf16 q and K (exact products).
+/// T = e4m3 with Bf16Dot (VBMI builds): K rows are raw e4m3, widened 64 values at a time in
+/// registers straight into the dot operands (lane order; q is stored in the same order).
 template <KvType T, bool Bf16Dot, int RB, int KB>
 inline void qk_tile(const Scratch& sc, int r0, const char* const* k, int d, float* s) {
   __m512 acc[16];
   for (auto& a : acc) a = _mm512_setzero_ps();
+#if ATTN_CF_VBMI
+  if constexpr (Bf16Dot && T == KvType::e4m3) {
+    const E4m3Lut t;
+    for (int x = 0; x < d; x += 64) {
+      __m512i k0[KB], k1[KB];
+      for (int j = 0; j < KB; ++j) e4m3x64_bf16_lanes(t, _mm512_loadu_si512(k[j] + x), k0[j], k1[j]);
+      for (int i = 0; i < RB; ++i) {
+        const __m512i q0 = _mm512_load_si512(&sc.qb[r0 + i][x]), q1 = _mm512_load_si512(&sc.qb[r0 + i][x + 32]);
+        for (int j = 0; j < KB; ++j)
+          acc[i * KB + j] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[i * KB + j], (__m512bh)q0, (__m512bh)k0[j]), (__m512bh)q1, (__m512bh)k1[j]);
+      }
+    }
+  } else
+#endif
   for (int x = 0; x < d; x += kSlice) {
     if constexpr (Bf16Dot) {
       __m512i kv[KB];
@@ -250,6 +281,39 @@ inline void pv_tile(Scratch& sc, int r0, const char* v0, int64_t vstride, int n,
 
 /// The vdpbf16ps form of pv_tile: keys in pairs, V rows t and t+1 interleaved by the unpack
 /// that widening uses, P pairs broadcast as one 32-bit word. An odd last key pairs with zeros.
+#if ATTN_CF_VBMI
+/// pv_tile_dot on raw e4m3 V rows (NS even, 64-element steps): each row pair is widened in
+/// registers (lane order, see e4m3_lane_elem) and interleaved by the same 16-bit unpack, so the
+/// accumulators hold the elements of e4m3_rows_bf16(lanes) rows in the bf16 slice order.
+template <int RB, int NS>
+inline void pv_tile_dot_e4m3(Scratch& sc, int r0, const char* v0, int64_t vstride, int n, int x0) {
+  static_assert(NS % 2 == 0);
+  const E4m3Lut lut;
+  __m512 acc[RB][2 * NS];
+  for (int i = 0; i < RB; ++i) {
+    const __m512 a = _mm512_set1_ps(sc.alpha[r0 + i]);
+    for (int j = 0; j < 2 * NS; ++j) acc[i][j] = _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), a);
+  }
+  const char* row = v0 + x0;
+  for (int t = 0; t < n; t += 2, row += 2 * vstride) {
+    __m512i v[2 * NS];
+    for (int j = 0; j < NS / 2; ++j) {
+      __m512i a0, a1, b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+      e4m3x64_bf16_lanes(lut, _mm512_loadu_si512(row + j * 64), a0, a1);
+      if (t + 1 < n) e4m3x64_bf16_lanes(lut, _mm512_loadu_si512(row + vstride + j * 64), b0, b1);
+      v[4 * j] = _mm512_unpacklo_epi16(a0, b0), v[4 * j + 1] = _mm512_unpackhi_epi16(a0, b0);
+      v[4 * j + 2] = _mm512_unpacklo_epi16(a1, b1), v[4 * j + 3] = _mm512_unpackhi_epi16(a1, b1);
+    }
+    for (int i = 0; i < RB; ++i) {
+      const __m512bh p = (__m512bh)_mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(&sc.pb[r0 + i][t]))));
+      for (int j = 0; j < 2 * NS; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], p, (__m512bh)v[j]);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < 2 * NS; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], acc[i][j]);
+}
+#endif
+
 template <int RB, int NS>
 inline void pv_tile_dot(Scratch& sc, int r0, const char* v0, int64_t vstride, int n, int x0) {
   __m512 acc[RB][2 * NS];
@@ -275,13 +339,23 @@ inline void pv_tile_dot(Scratch& sc, int r0, const char* v0, int64_t vstride, in
 }
 
 
-template <int RB>
+/// E4m3: v0 holds raw e4m3 rows (pv_tile_dot_e4m3; RB = 4, d a multiple of 64).
+template <int RB, bool E4m3 = false>
 inline void pv_chunk_dot(Scratch& sc, int rp, const char* v0, int64_t vstride, int n, int d) {
   constexpr int NS = RB == 1 ? 4 : 8 / RB;
   for (int r0 = 0; r0 < rp; r0 += RB) {
     int x = 0;
-    for (; x + NS * kSlice <= d; x += NS * kSlice) pv_tile_dot<RB, NS>(sc, r0, v0, vstride, n, x);
-    for (; x < d; x += kSlice) pv_tile_dot<RB, 1>(sc, r0, v0, vstride, n, x);
+    for (; x + NS * kSlice <= d; x += NS * kSlice) {
+#if ATTN_CF_VBMI
+      if constexpr (E4m3) {
+        pv_tile_dot_e4m3<RB, NS>(sc, r0, v0, vstride, n, x);
+        continue;
+      }
+#endif
+      pv_tile_dot<RB, NS>(sc, r0, v0, vstride, n, x);
+    }
+    if constexpr (!E4m3)
+      for (; x < d; x += kSlice) pv_tile_dot<RB, 1>(sc, r0, v0, vstride, n, x);
   }
 }
 
@@ -305,8 +379,9 @@ inline void prefetch_l2(const char* p, int64_t bytes) {
 template <KvType T, bool Bf16Dot, int RB>
 void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   constexpr int KB = 16 / RB;
-  // e4m3 with dot products (VBMI builds only): each chunk is converted to bf16 rows in scratch
-  // and then runs exactly as a bf16 cache does (TK is the type the products see).
+  // e4m3 with dot products (VBMI builds only): 4-row tiles widen K and V in registers (fused,
+  // below); smaller tiles convert each chunk to bf16 rows in scratch and then run exactly as a
+  // bf16 cache does (TK is the type the products see).
   constexpr bool Fp8Dot = Bf16Dot && T == KvType::e4m3;
   static_assert(!Fp8Dot || ATTN_CF_VBMI, "e4m3 dot products need the VBMI table lookups");
   constexpr KvType TK = Fp8Dot ? KvType::bf16 : T;
@@ -330,6 +405,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int j = j0; j < std::min(j1, n); ++j) prefetch_l2(k + j * tstride, row_bytes), prefetch_l2(k + j * tstride + v_off, row_bytes);
   };
   prefetch_chunk(it.kv_begin, 0, kChunk);
+  // e4m3 with a 4-row tile: K and V are widened in registers straight into the dot operands
+  // (no scratch round trip); the tile's registers leave room for that at 4 rows only.
+  constexpr bool fused = Fp8Dot && RB == 4;
 
   // q rows (token-major, the group's heads adjacent), zero-padded to a whole row block.
   const int64_t tok0 = a.query_start_loc[s_idx] + it.q_begin;
@@ -341,7 +419,10 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     else
       std::fill(nat, nat + d, 0.0f);
     for (int x = 0; x < d; x += kSlice) {
-      if constexpr (Bf16Dot) {  // exact: the dot kernels serve bf16 q only
+      if constexpr (fused) {  // q in the lane order the fused e4m3 widening gives K
+        if (x % 64 == 0)
+          for (int p = 0; p < 64; ++p) sc.qb[r][x + p] = f32_to_bf16(nat[x + e4m3_lane_elem(p)]);
+      } else if constexpr (Bf16Dot) {  // exact: the dot kernels serve bf16 q only
         const __m512i b = _mm512_castsi256_si512(bf16_rne(_mm512_load_ps(nat + x)));
         _mm512_store_si512(&sc.qb[r][x], _mm512_inserti64x4(b, bf16_rne(_mm512_load_ps(nat + x + 16)), 1));
       } else {  // fp32 q in the order K rows widen to: lo half at [x, x+16), hi at [x+16, x+32)
@@ -364,7 +445,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     const char* kq = k0;  // the rows the products read
     int64_t kqs = tstride;
 #if ATTN_CF_VBMI
-    if constexpr (Fp8Dot) {
+    if constexpr (Fp8Dot && !fused) {
       e4m3_rows_bf16(k0, tstride, n, d, sc.kb);
       kq = reinterpret_cast<const char*>(sc.kb), kqs = sizeof(sc.kb[0]);
     }
@@ -375,7 +456,14 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int r0 = 0; r0 < rp; r0 += RB)
       for (int j0 = 0; j0 < n; j0 += KB) {
         if (r0 == 0) prefetch_chunk(next, j0, j0 + KB);
-        qk_tile<TK, Bf16Dot, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
+        if constexpr (Fp8Dot) {
+          if constexpr (fused)
+            qk_tile<KvType::e4m3, true, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
+          else
+            qk_tile<TK, true, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
+        } else {
+          qk_tile<TK, Bf16Dot, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
+        }
       }
 
     bool guard = false;
@@ -444,12 +532,16 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
 
     if constexpr (Fp8Dot) {
 #if ATTN_CF_VBMI
-      e4m3_rows_bf16(k0 + v_off, tstride, n, d, sc.vb);
       const char* vb = reinterpret_cast<const char*>(sc.vb);
-      if (guard)
+      if (guard) {
+        e4m3_rows_bf16(k0 + v_off, tstride, n, d, sc.vb, fused);
         pv_chunk<KvType::bf16, RB, true>(sc, rp, vb, sizeof(sc.vb[0]), n, d);
-      else
+      } else if constexpr (fused) {
+        pv_chunk_dot<RB, true>(sc, rp, k0 + v_off, tstride, n, d);
+      } else {
+        e4m3_rows_bf16(k0 + v_off, tstride, n, d, sc.vb);
         pv_chunk_dot<RB>(sc, rp, vb, sizeof(sc.vb[0]), n, d);
+      }
 #endif
     } else if (Bf16Dot && !guard)
       pv_chunk_dot<RB>(sc, rp, k0 + v_off, tstride, n, d);
@@ -463,9 +555,11 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   // Undo the V order into natural order, then finish as every path does.
   alignas(64) float o[kMaxHeadSizeDecode];
   for (int r = 0; r < rows; ++r) {
+    // Fused e4m3 V: the slice positions are positions of lane-order rows (e4m3_lane_elem).
+    auto nat = [&](int x, int pos) { return fused ? x / 64 * 64 + e4m3_lane_elem(x % 64 + pos) : x + pos; };
     for (int x = 0; x < d; x += kSlice)
       for (int i = 0; i < 16; ++i)
-        o[x + slice_elem<TK>(false, i)] = sc.o[r][x + i], o[x + slice_elem<TK>(true, i)] = sc.o[r][x + 16 + i];
+        o[nat(x, slice_elem<TK>(false, i))] = sc.o[r][x + i], o[nat(x, slice_elem<TK>(true, i))] = sc.o[r][x + 16 + i];
     if (it.partial >= 0) {
       float* po = partials + it.partial;
       std::copy(o, o + d, po + int64_t(r) * d);
