@@ -4,12 +4,27 @@
 
 #include "attn/checked.hpp"
 #include "attn/error.hpp"
+#include "attn/layer_config.hpp"
 #include "attn/limits.hpp"
 
 namespace attn {
 namespace {
 std::string seq_arg(int s, const char* field) { return "seqs[" + std::to_string(s) + "]." + field; }
 int64_t blocks_needed(int64_t tokens, int32_t block_size) { return (tokens + block_size - 1) / block_size; }
+
+/// One sequence's blocks must be distinct: the same block twice would make two positions share
+/// slots, so a later write overwrites an earlier token's keys. Sequences may share blocks
+/// (a common prefix), so this is checked per sequence only.
+void require_distinct_blocks(int s, const std::vector<int32_t>& ids, int64_t need) {
+  std::vector<std::pair<int32_t, int64_t>> sorted(std::size_t(need), {0, 0});
+  for (int64_t b = 0; b < need; ++b) sorted[std::size_t(b)] = {ids[std::size_t(b)], b};
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].first == sorted[i - 1].first)
+      throw Error(seq_arg(s, "block_ids") + std::string("[") + std::to_string(sorted[i].second) + "]=" +
+                  std::to_string(sorted[i].first) + " invalid: expected distinct blocks within one sequence (block " +
+                  std::to_string(sorted[i].first) + " is also block_ids[" + std::to_string(sorted[i - 1].second) + "])");
+}
 }  // namespace
 
 BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_t block_size, int32_t num_blocks, bool causal) {
@@ -35,6 +50,7 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
       require(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
               seq_arg(int(s), "block_ids") + std::string("[") + std::to_string(b) + "]", q.block_ids[b],
               "a block id in [0, " + std::to_string(num_blocks) + ")");
+    require_distinct_blocks(int(s), q.block_ids, need);
     total = checked_sum("num_tokens", {total, q.query_len}, limits::kMaxTokens, "query tokens of one step, summed over sequences");
     max_blocks = std::max(max_blocks, need);
   }
@@ -107,6 +123,15 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
   for (std::size_t t = 0; t < slot_mapping.size(); ++t)
     require(slot_mapping[t] >= -1 && slot_mapping[t] < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[t],
             "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
+}
+
+void check_causal(const LayerConfig& layer, const BatchMetadata& md) {
+  if (md.causal == layer.causal()) return;
+  const std::string kind = layer.use_non_causal ? "use_non_causal" : std::string(attn::to_string(layer.attn_type));
+  require(false, "metadata.causal", md.causal ? "true" : "false",
+          std::string(layer.causal() ? "true" : "false") + " for this " + kind + " layer (" +
+              (layer.causal() ? "causal" : "bidirectional") + " attention): build the step's metadata with causal=" +
+              (layer.causal() ? "true" : "false"));
 }
 
 std::string BatchMetadata::to_string() const {

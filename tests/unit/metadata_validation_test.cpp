@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "attn/layer_config.hpp"
 #include "attn/metadata.hpp"
 #include "support/expect_error.hpp"
 
@@ -94,6 +95,40 @@ TEST(MetadataBuild, LengthsWhoseSumWrapsAreRefused) {
   const int64_t big = int64_t(1) << 62;
   EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{big, big, {0}}}, kBlockSize, kNumBlocks); },
                            {"seqs[0].context_len + query_len=4611686018427387904 + 4611686018427387904 (beyond 64 bits)"}));
+}
+
+TEST(MetadataBuild, SameBlockTwiceInOneSequenceIsRefused) {
+  // Positions 0..3 and 8..11 would share slots: the second write would overwrite the first.
+  EXPECT_TRUE(throws_error([] { BatchMetadata::build({{0, 9, {5, 1, 5}}}, kBlockSize, kNumBlocks); },
+                           {"seqs[0].block_ids[2]=5", "distinct blocks within one sequence", "block_ids[0]"}));
+}
+
+TEST(MetadataBuild, SharedPrefixBlocksAcrossSequencesStayLegal) {
+  // Two sequences sharing their first block (a common prompt prefix), and padding past the
+  // blocks a sequence needs may repeat ids (block tables padded with 0).
+  const auto md = BatchMetadata::build({{4, 1, {2, 3}}, {4, 2, {2, 6, 6, 6}}}, kBlockSize, kNumBlocks);
+  EXPECT_EQ(md.block_table, (std::vector<int32_t>{2, 3, 2, 6}));
+}
+
+TEST(MetadataCausal, EncoderOnlyLayerRefusesCausalMetadata) {
+  LayerConfig encoder;
+  encoder.attn_type = AttnType::encoder_only;
+  const auto causal = BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks);
+  EXPECT_TRUE(throws_error([&] { check_causal(encoder, causal); },
+                           {"metadata.causal=true", "expected false for this encoder_only layer", "causal=false"}));
+  EXPECT_NO_THROW(check_causal(encoder, BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks, false)));
+}
+
+TEST(MetadataCausal, DecoderLayerRefusesBidirectionalMetadata) {
+  const LayerConfig decoder;
+  const auto bidirectional = BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks, false);
+  EXPECT_TRUE(throws_error([&] { check_causal(decoder, bidirectional); },
+                           {"metadata.causal=false", "expected true for this decoder layer"}));
+  EXPECT_NO_THROW(check_causal(decoder, BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks)));
+  LayerConfig prefix_lm;
+  prefix_lm.use_non_causal = true;
+  EXPECT_TRUE(throws_error([&] { check_causal(prefix_lm, BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks)); },
+                           {"metadata.causal=true", "use_non_causal layer"}));
 }
 
 TEST(MetadataBuild, BlockSizeBeyondTheLimit) {
