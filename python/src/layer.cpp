@@ -127,7 +127,9 @@ void bind_layer(nb::module_& m) {
   // Tests prove zero-copy with this: the address the kernels would read equals the caller's.
   m.def("_data_address", [](nb::handle a, bool writable) { return uintptr_t(array_arg(a, "array", writable).view.data); },
         nb::arg("array"), nb::arg("writable") = false);
-  nb::class_<KVCache> cache_cls(m, "KVCache", "The paged KV cache of one layer (storage owned by attn, 64-byte aligned).");
+  nb::class_<KVCache> cache_cls(m, "KVCache",
+                                "The paged KV cache of one layer: storage owned by attn (64-byte aligned), or an\n"
+                                "engine's tensor wrapped by KVCache.from_dlpack.");
   bind_cache_interop(cache_cls);
   cache_cls.def("__init__",
            [](KVCache* self, int32_t num_blocks, int32_t block_size, int32_t num_kv_heads, int32_t head_size,

@@ -99,10 +99,12 @@ def test_encoder_only_layer_refuses_causal_metadata():
                                                           causal=False))
 
 
-def test_same_block_twice_in_one_sequence_is_refused_but_shared_prefixes_are_legal():
+def test_same_block_twice_in_one_sequence_is_refused_where_this_step_writes():
     with pytest.raises(attn.Error, match=r"seqs\[0\].block_ids\[1\]=3 invalid: expected distinct blocks within one sequence"):
         attn.BatchMetadata(context_lens=[20], query_lens=[1], block_ids=[[3, 3]], block_size=16, num_blocks=8)
     attn.BatchMetadata(context_lens=[20, 20], query_lens=[1, 1], block_ids=[[3, 4], [3, 5]], block_size=16, num_blocks=8)
+    # A null block standing in for context a sliding window dropped may repeat: nothing writes it.
+    attn.BatchMetadata(context_lens=[40], query_lens=[1], block_ids=[[0, 0, 5]], block_size=16, num_blocks=8)
 
 
 def test_scale_none_is_the_default_and_zero_is_an_error():

@@ -12,19 +12,30 @@ namespace {
 std::string seq_arg(int s, const char* field) { return "seqs[" + std::to_string(s) + "]." + field; }
 int64_t blocks_needed(int64_t tokens, int32_t block_size) { return (tokens + block_size - 1) / block_size; }
 
-/// One sequence's blocks must be distinct: the same block twice would make two positions share
-/// slots, so a later write overwrites an earlier token's keys. Sequences may share blocks
-/// (a common prefix), so this is checked per sequence only.
-void require_distinct_blocks(int s, const std::vector<int32_t>& ids, int64_t need) {
+/// A block that receives this step's tokens must appear once in its sequence's table: twice,
+/// two positions would share its slots and one write would overwrite the other token's keys.
+/// Blocks that only hold cached context may repeat (an engine's null block standing in for
+/// blocks a sliding window dropped), and sequences may share blocks (a common prefix).
+void require_distinct_written_blocks(int s, const SequenceSpec& q, int64_t need, int32_t block_size) {
+  if (q.query_len == 0) return;
+  const int64_t first_written = q.context_len / block_size;
   std::vector<std::pair<int32_t, int64_t>> sorted(std::size_t(need), {0, 0});
-  for (int64_t b = 0; b < need; ++b) sorted[std::size_t(b)] = {ids[std::size_t(b)], b};
+  for (int64_t b = 0; b < need; ++b) sorted[std::size_t(b)] = {q.block_ids[std::size_t(b)], b};
   std::sort(sorted.begin(), sorted.end());
-  for (std::size_t i = 1; i < sorted.size(); ++i)
-    if (sorted[i].first == sorted[i - 1].first)
+  for (std::size_t lo = 0, hi = 0; lo < sorted.size(); lo = hi) {
+    while (hi < sorted.size() && sorted[hi].first == sorted[lo].first) ++hi;
+    if (hi - lo < 2) continue;
+    for (std::size_t i = lo; i < hi; ++i) {
+      if (sorted[i].second < first_written) continue;
+      const int64_t other = sorted[i == lo ? lo + 1 : lo].second;
       throw Error(seq_arg(s, "block_ids") + std::string("[") + std::to_string(sorted[i].second) + "]=" +
-                  std::to_string(sorted[i].first) + " invalid: expected distinct blocks within one sequence (block " +
-                  std::to_string(sorted[i].first) + " is also block_ids[" + std::to_string(sorted[i - 1].second) + "])");
+                  std::to_string(sorted[i].first) + " invalid: expected distinct blocks within one sequence for the "
+                  "blocks this step writes (block " + std::to_string(sorted[i].first) + " is also block_ids[" +
+                  std::to_string(other) + "])");
+    }
+  }
 }
+
 }  // namespace
 
 BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_t block_size, int32_t num_blocks, bool causal) {
@@ -50,7 +61,7 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
       require(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
               seq_arg(int(s), "block_ids") + std::string("[") + std::to_string(b) + "]", q.block_ids[b],
               "a block id in [0, " + std::to_string(num_blocks) + ")");
-    require_distinct_blocks(int(s), q.block_ids, need);
+    require_distinct_written_blocks(int(s), q, need, block_size);
     total = checked_sum("num_tokens", {total, q.query_len}, limits::kMaxTokens, "query tokens of one step, summed over sequences");
     max_blocks = std::max(max_blocks, need);
   }

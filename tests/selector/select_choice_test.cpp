@@ -166,7 +166,7 @@ TEST(SelectorBlockSize, NoNoteWhenTheBetterBackendFailsForOtherReasonsToo) {
   Capabilities strict = synthetic_caps(hs);
   strict.block_sizes = SizeRule::multiple_of({16});
   strict.dtypes = {DType::bfloat16};
-  add_synthetic("bs_other", strict, 1);
+  const std::string other = add_synthetic("bs_other", strict, 1);
   LayerConfig cfg = synthetic_layer(hs);  // float32: excluded regardless of the block size
   cfg.block_size = 8;
   // No block-size note; the one note says the oracle serves the layer, and why bs_other cannot.
@@ -174,7 +174,7 @@ TEST(SelectorBlockSize, NoNoteWhenTheBetterBackendFailsForOtherReasonsToo) {
   ASSERT_EQ(d.notes.size(), 1u);
   EXPECT_EQ(d.notes[0].find("--block-size"), std::string::npos);
   EXPECT_NE(d.notes[0].find("reference serves this layer: a slow oracle"), std::string::npos) << d.notes[0];
-  EXPECT_NE(d.notes[0].find("bs_other: dtype=float32"), std::string::npos) << d.notes[0];
+  EXPECT_NE(d.notes[0].find(other + ": dtype=float32"), std::string::npos) << d.notes[0];
 }
 
 TEST(SelectorOracle, NoteNamesWhatKeptTheFasterBackendsOut) {

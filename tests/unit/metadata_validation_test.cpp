@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <numeric>
 
 #include "attn/layer_config.hpp"
 #include "attn/metadata.hpp"
@@ -100,14 +101,18 @@ TEST(MetadataBuild, LengthsWhoseSumWrapsAreRefused) {
 TEST(MetadataBuild, SameBlockTwiceInOneSequenceIsRefused) {
   // Positions 0..3 and 8..11 would share slots: the second write would overwrite the first.
   EXPECT_TRUE(throws_error([] { BatchMetadata::build({{0, 9, {5, 1, 5}}}, kBlockSize, kNumBlocks); },
-                           {"seqs[0].block_ids[2]=5", "distinct blocks within one sequence", "block_ids[0]"}));
+                           {"seqs[0].block_ids[0]=5", "distinct blocks within one sequence", "also block_ids[2]"}));
+  // A decode step writing into a block the cached context also lists.
+  EXPECT_TRUE(throws_error([] { BatchMetadata::build({{8, 1, {3, 6, 3}}}, kBlockSize, kNumBlocks); },
+                           {"seqs[0].block_ids[2]=3", "for the blocks this step writes", "also block_ids[0]"}));
 }
 
-TEST(MetadataBuild, SharedPrefixBlocksAcrossSequencesStayLegal) {
-  // Two sequences sharing their first block (a common prompt prefix), and padding past the
-  // blocks a sequence needs may repeat ids (block tables padded with 0).
-  const auto md = BatchMetadata::build({{4, 1, {2, 3}}, {4, 2, {2, 6, 6, 6}}}, kBlockSize, kNumBlocks);
-  EXPECT_EQ(md.block_table, (std::vector<int32_t>{2, 3, 2, 6}));
+TEST(MetadataBuild, RepeatsOnlyWhereTheyCannotCollideStayLegal) {
+  // Two sequences sharing their first block (a common prompt prefix); padding past the blocks a
+  // sequence needs (block tables padded with 0); a null block repeated over cached context that
+  // a sliding window dropped, as engines do.
+  const auto md = BatchMetadata::build({{4, 1, {2, 3}}, {4, 2, {2, 6, 6, 6}}, {8, 1, {0, 0, 7}}}, kBlockSize, kNumBlocks);
+  EXPECT_EQ(md.block_table, (std::vector<int32_t>{2, 3, -1, 2, 6, -1, 0, 0, 7}));
 }
 
 TEST(MetadataCausal, EncoderOnlyLayerRefusesCausalMetadata) {
@@ -138,8 +143,11 @@ TEST(MetadataBuild, BlockSizeBeyondTheLimit) {
 TEST(MetadataBuild, TotalTokensBeyondInt32) {
   // Two sequences of 2^30 + 1 new tokens each: every length fits, their sum does not.
   const int64_t n = (int64_t(1) << 30) + 1, bs = int64_t(1) << 16;
-  const std::vector<int32_t> ids(std::size_t((n + bs - 1) / bs), 0);
-  EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{0, n, ids}, {0, n, ids}}, int32_t(bs), 4); },
+  // Distinct blocks within a sequence; the two sequences share them (legal).
+  std::vector<int32_t> ids(std::size_t((n + bs - 1) / bs));
+  std::iota(ids.begin(), ids.end(), 0);
+  const int32_t num_blocks = int32_t(ids.size());
+  EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{0, n, ids}, {0, n, ids}}, int32_t(bs), num_blocks); },
                            {"num_tokens=1073741825 + 1073741825 = 2147483650", "at most 2147483647"}));
 }
 
