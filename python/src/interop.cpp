@@ -2,6 +2,7 @@
 // tensors, q / out flattened to [tokens, heads * head_size], and caches exported through DLPack
 // in their storage dtype (bfloat16 and fp8 included, which NumPy cannot carry).
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "bind.hpp"
@@ -78,6 +79,8 @@ KVCache cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t 
   std::string shape = "(";
   for (std::size_t d = 0; d < a.ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a.shape(d));
   shape += ")";
+  for (std::size_t d = 0; d < a.ndim(); ++d)  // the spec holds int32 sizes: a larger extent would wrap
+    require(a.shape(d) <= std::numeric_limits<int32_t>::max(), "tensor.shape", shape, "extents below 2^31");
   if (layout == "NHD" || layout == "HND") {
     require(a.ndim() == want_ndim && a.shape(1) == 2, "tensor.shape", shape,
             layout == "NHD" ? "[num_blocks, 2, block_size, num_kv_heads, head_size] for layout='NHD'"
