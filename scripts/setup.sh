@@ -21,7 +21,8 @@ fi
 PYTHON=${PYTHON:-python3}
 # import name → PyPI name
 declare -A PY_PACKAGES=([numpy]=numpy [nanobind]=nanobind [scikit_build_core]=scikit-build-core [pytest]=pytest
-                        [hypothesis]=hypothesis [ml_dtypes]=ml_dtypes [matplotlib]=matplotlib)
+                        [hypothesis]=hypothesis [ml_dtypes]=ml_dtypes [matplotlib]=matplotlib
+                        [transformers]=transformers)
 pip_missing=()
 for mod in "${!PY_PACKAGES[@]}"; do
   "$PYTHON" -c "import $mod" >/dev/null 2>&1 || pip_missing+=("${PY_PACKAGES[$mod]}")
@@ -30,4 +31,6 @@ if ((${#pip_missing[@]})); then
   echo "[setup] pip install ${pip_missing[*]}"
   "$PYTHON" -m pip install -q "${pip_missing[@]}"
 fi
+# PyTorch (CPU use) for the interop tests: the smallest install PyPI allows, see the script.
+"$PYTHON" -c "import torch" >/dev/null 2>&1 || "$PYTHON" "$(dirname "$0")/install_torch.py"
 echo "[setup] dependencies present"

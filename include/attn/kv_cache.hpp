@@ -53,14 +53,19 @@ struct PagedKV {
 class KVCache {
  public:
   explicit KVCache(const KVCacheSpec& spec);
+  /// Wraps storage an engine owns (its KV tensor): `external` holds spec.bytes() bytes laid out
+  /// contiguously as spec.shape(), 64-byte aligned, and must outlive this cache. Nothing is
+  /// allocated or copied; writes and fills go to the engine's memory.
+  KVCache(const KVCacheSpec& spec, void* external);
   KVCache(KVCache&&) noexcept;
   KVCache& operator=(KVCache&&) noexcept;
   ~KVCache();
 
   const KVCacheSpec& spec() const { return spec_; }
   PagedKV view() const;
-  void* data() const { return storage_.data(); }
-  std::size_t bytes() const { return storage_.bytes(); }
+  void* data() const { return external_ ? external_ : storage_.data(); }
+  std::size_t bytes() const { return external_ ? external_bytes_ : storage_.bytes(); }
+  bool owns_storage() const { return external_ == nullptr; }
 
   /// Quantization scales (dequantized = stored * scale). Per tensor: one value; per head:
   /// num_kv_heads values. Must be finite and > 0.
@@ -71,6 +76,9 @@ class KVCache {
   /// Writes new k/v ([num_tokens, num_kv_heads, head_size(_v)], float32/16/bf16) into the
   /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches.
   void write(const TensorView& k, const TensorView& v, const BatchMetadata& md);
+  /// fp8 caches: how many values every write() so far clamped to the fp8 range (±448 for e4m3),
+  /// i.e. |value / scale| beyond it: a count that grows means the scales are too small.
+  int64_t saturated_values() const { return saturated_; }
   /// Copies a whole block (copy-on-write support).
   void copy_block(int32_t src, int32_t dst);
   /// Fills every element with `value` (tests: NaN poison in unused slots).
@@ -79,7 +87,10 @@ class KVCache {
  private:
   KVCacheSpec spec_;
   Buffer storage_;
+  void* external_ = nullptr;  // engine-owned storage, or null when storage_ holds the cache
+  std::size_t external_bytes_ = 0;
   std::vector<float> k_scales_, v_scales_;
+  int64_t saturated_ = 0;
 };
 
 /// Reference-counted block allocator: shared prefixes hold one block in several tables.

@@ -58,4 +58,10 @@ struct BatchMetadata {
   std::string to_string() const;
 };
 
+struct LayerConfig;
+/// The step's mask must be the layer's: causal for decoder layers, bidirectional for encoder /
+/// encoder-only layers and use_non_causal (LayerConfig::causal()). Metadata built for the other
+/// kind would apply the wrong mask without a word, so it is an attn::Error naming metadata.causal.
+void check_causal(const LayerConfig& layer, const BatchMetadata& md);
+
 }  // namespace attn

@@ -6,9 +6,14 @@
     layer = attn.Attention(cfg)
     cache = layer.make_cache(num_blocks=64)
     md = attn.BatchMetadata(context_lens=[100], query_lens=[1], block_ids=[[0, 1]], cache=cache)
-    out = layer.forward(q, cache, md)           # q: [tokens, heads, head_size], no copies
+    kv = np.ones((1, 8, 128), ml_dtypes.bfloat16)
+    layer.write_kv(kv, kv, cache, md)            # the step's new key and value
+    q = np.ones((1, 32, 128), ml_dtypes.bfloat16)
+    out = layer.forward(q, cache, md)            # q: [tokens, heads, head_size], no copies
+    dense = attn.attention(q[None], q[None], q[None], layout="bshd")  # SDPA-style (q, k, v)
 
-Everything is the C++ core (``attn._core``); this package adds ``plan`` and the benchmark plot.
+Everything is the C++ core (``attn._core``); this package adds ``plan``, the dense
+``attention(q, k, v)`` entry point, ``attn.integrations`` and the benchmark plot.
 """
 import os as _os
 
@@ -43,11 +48,12 @@ from ._core import (  # noqa: E402
     select_mamba,
 )
 from ._plan import Plan, PlannedLayer, plan  # noqa: E402
+from .dense import attention  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "KVCache", "LayerConfig",
+    "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "KVCache", "LayerConfig",
     "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "backends", "builtin_models",
     "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends", "plan", "platform",
     "select", "select_mamba",

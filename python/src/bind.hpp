@@ -45,4 +45,21 @@ struct ArrayArg {
 /// a strided last dimension, negative strides, or more than TensorView::kMaxDims dimensions.
 ArrayArg array_arg(nb::handle obj, const char* arg, bool writable);
 
+/// Integer arguments given as lists, NumPy arrays or torch tensors (TypeError naming `arg`).
+template <typename T>
+std::vector<T> ints_from_py(nb::handle h, const char* arg);
+/// One int list per sequence: nested lists or a 2-D integer array (rows may be padded).
+std::vector<std::vector<int32_t>> int_rows_from_py(nb::handle h, const char* arg);
+/// A 2-D [tokens, heads * width] array seen as [tokens, heads, width] (same memory); other ranks
+/// are left as they are for the kernels' own checks.
+void unflatten_heads(ArrayArg& a, int64_t heads, const char* arg);
+/// scale=None → 0 (the core's "1/sqrt(head_size)"); an explicit value must be finite and > 0, so
+/// scale=0.0 is an error rather than a silent default.
+float scale_from_py(nb::handle scale);
+/// A RuntimeWarning when the last write clamped fp8 values (KVCache::saturated_values grew);
+/// warnings.simplefilter("error", RuntimeWarning) makes it an exception.
+void warn_if_saturated(const KVCache& cache, int64_t saturated_before);
+/// KVCache.from_dlpack (an engine-owned tensor), owns_storage, __dlpack__ / __dlpack_device__.
+void bind_cache_interop(nb::class_<KVCache>& cls);
+
 }  // namespace attn::py

@@ -122,10 +122,22 @@ void bind_config(nb::module_& m) {
                                      "Everything the selector may look at for one layer (the selector key).\n"
                                      "Keyword arguments mirror the C++ fields; dtype / kv_cache_dtype / attn_type take\n"
                                      "names or NumPy / ml_dtypes / torch dtypes.");
+  // help(attn.LayerConfig) shows every keyword and its default, not just **kwargs.
+  static const std::string init_sig = [] {
+    const LayerConfig d;
+    std::string sig = "def __init__(self, *";
+#define ATTN_PY_SIG_INT(f) sig += ", " #f ": int = " + std::to_string(d.f);
+#define ATTN_PY_SIG_BOOL(f) sig += std::string(", " #f ": bool = ") + (d.f ? "True" : "False");
+    ATTN_PY_INT_FIELDS(ATTN_PY_SIG_INT)
+    ATTN_PY_BOOL_FIELDS(ATTN_PY_SIG_BOOL)
+    sig += ", logits_soft_cap: float | None = None, dtype: str | object = '" + std::string(to_string(d.dtype)) +
+           "', kv_cache_dtype: str | object | None = None, attn_type: str | None = None) -> None";
+    return sig;
+  }();
   cls.def("__init__", [](LayerConfig* self, nb::kwargs kw) {
     new (self) LayerConfig();
     set_fields(*self, kw);
-  });
+  }, nb::sig(init_sig.c_str()));
 #define ATTN_PY_RW(f) cls.def_rw(#f, &LayerConfig::f);
   ATTN_PY_INT_FIELDS(ATTN_PY_RW)
   ATTN_PY_BOOL_FIELDS(ATTN_PY_RW)

@@ -21,6 +21,11 @@ struct Attention {
   std::mutex mu;
 };
 
+/// The cache this layer's backend reads: its layout and dtype, block_size 0 = the layer's.
+KVCacheSpec layer_cache_spec(const Attention& a, int32_t num_blocks, int32_t block_size) {
+  return a.descriptor->cache_spec(a.params.config, num_blocks, block_size ? block_size : a.decision.block_size);
+}
+
 std::vector<float> floats_from_py(nb::handle h, const char* arg) {
   std::vector<float> out;
   if (h.is_none()) return out;
@@ -122,8 +127,11 @@ void bind_layer(nb::module_& m) {
   // Tests prove zero-copy with this: the address the kernels would read equals the caller's.
   m.def("_data_address", [](nb::handle a, bool writable) { return uintptr_t(array_arg(a, "array", writable).view.data); },
         nb::arg("array"), nb::arg("writable") = false);
-  nb::class_<KVCache>(m, "KVCache", "The paged KV cache of one layer (storage owned by attn, 64-byte aligned).")
-      .def("__init__",
+  nb::class_<KVCache> cache_cls(m, "KVCache",
+                                "The paged KV cache of one layer: storage owned by attn (64-byte aligned), or an\n"
+                                "engine's tensor wrapped by KVCache.from_dlpack.");
+  bind_cache_interop(cache_cls);
+  cache_cls.def("__init__",
            [](KVCache* self, int32_t num_blocks, int32_t block_size, int32_t num_kv_heads, int32_t head_size,
               int32_t head_size_v, nb::handle dtype, nb::handle kv_cache_dtype, const std::string& layout,
               bool per_head_scales) {
@@ -166,9 +174,14 @@ void bind_layer(nb::module_& m) {
                             "One engine step's batch: where each sequence's new tokens are and which cache blocks\n"
                             "hold it. Built once per step, read by every layer.")
       .def("__init__",
-           [](BatchMetadata* self, const std::vector<int64_t>& query_lens, const std::vector<std::vector<int32_t>>& block_ids,
-              std::optional<std::vector<int64_t>> context_lens, std::optional<std::vector<int64_t>> seq_lens,
-              const KVCache* cache, int32_t block_size, int32_t num_blocks, bool causal) {
+           [](BatchMetadata* self, nb::handle query_lens_arg, nb::handle block_ids_arg, nb::handle context_lens_arg,
+              nb::handle seq_lens_arg, const KVCache* cache, int32_t block_size, int32_t num_blocks, bool causal) {
+             // Lists, NumPy arrays and torch integer tensors alike.
+             const auto query_lens = ints_from_py<int64_t>(query_lens_arg, "query_lens");
+             const auto block_ids = int_rows_from_py(block_ids_arg, "block_ids");
+             std::optional<std::vector<int64_t>> context_lens, seq_lens;
+             if (!context_lens_arg.is_none()) context_lens = ints_from_py<int64_t>(context_lens_arg, "context_lens");
+             if (!seq_lens_arg.is_none()) seq_lens = ints_from_py<int64_t>(seq_lens_arg, "seq_lens");
              const std::size_t n = query_lens.size();
              if (context_lens.has_value() == seq_lens.has_value())
                throw Error("BatchMetadata: give exactly one of context_lens (tokens already cached) or seq_lens "
@@ -229,7 +242,7 @@ void bind_layer(nb::module_& m) {
              if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
              LayerParams p;
              p.config = config;
-             p.scale = scale.is_none() ? 0.0f : nb::cast<float>(scale);
+             p.scale = scale_from_py(scale);
              p.sinks = floats_from_py(sinks, "sinks");
              p.alibi_slopes = floats_from_py(alibi_slopes, "alibi_slopes");
              p.num_threads = num_threads;
@@ -251,21 +264,41 @@ void bind_layer(nb::module_& m) {
       .def(
           "make_cache",
           [](const Attention& a, int32_t num_blocks, int32_t block_size) {
-            return KVCache(a.descriptor->cache_spec(a.params.config, num_blocks, block_size ? block_size : a.decision.block_size));
+            return KVCache(layer_cache_spec(a, num_blocks, block_size));
           },
           nb::arg("num_blocks"), nb::arg("block_size") = 0,
           "A KV cache in the layout, dtype and block size this layer's backend wants.")
+      .def(
+          "kv_cache_shape",
+          [](const Attention& a, int32_t num_blocks, int32_t block_size) {
+            return to_tuple(layer_cache_spec(a, num_blocks, block_size).shape());
+          },
+          nb::arg("num_blocks"), nb::arg("block_size") = 0,
+          "The shape of the cache tensor this layer reads (for an engine that allocates it and wraps it with\n"
+          "KVCache.from_dlpack(tensor, layout=layer.kv_cache_layout)); block_size 0 = the layer's.")
+      .def_prop_ro("kv_cache_dtype",
+                   [](const Attention& a) { return std::string(to_string(layer_cache_spec(a, 1, 0).dtype)); },
+                   "The cache storage dtype this layer reads (bfloat16, fp8_e4m3, ...).")
+      .def_prop_ro("kv_cache_layout",
+                   [](const Attention& a) { return std::string(to_string(layer_cache_spec(a, 1, 0).layout)); },
+                   "The cache layout this layer reads: NHD, HND or MLA.")
       .def(
           "write_kv",
           [](Attention& a, nb::handle k, nb::handle v, KVCache& cache, const BatchMetadata& md) {
             ArrayArg ka = array_arg(k, "k", false);
             // MLA caches hold one latent entry per token: v is unused there and may be None.
             ArrayArg va = v.is_none() ? ArrayArg{} : array_arg(v, "v", false);
+            unflatten_heads(ka, a.params.config.num_kv_heads, "k");
+            if (!v.is_none()) unflatten_heads(va, a.params.config.num_kv_heads, "v");
             require_device(a, ka, "k");
             if (!v.is_none()) require_device(a, va, "v");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(a.mu);
-            a.impl->write_kv(ka.view, va.view, cache, md);
+            const int64_t saturated_before = cache.saturated_values();
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard<std::mutex> lock(a.mu);
+              a.impl->write_kv(ka.view, va.view, cache, md);
+            }
+            warn_if_saturated(cache, saturated_before);
           },
           nb::arg("k"), nb::arg("v").none(), nb::arg("cache"), nb::arg("metadata"),
           "k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v]: the step's new\n"
@@ -274,15 +307,21 @@ void bind_layer(nb::module_& m) {
           "forward",
           [](Attention& a, nb::handle q, const KVCache& cache, const BatchMetadata& md, nb::handle out) {
             ArrayArg qa = array_arg(q, "q", false);
+            const bool flat = qa.view.ndim == 2;  // [tokens, heads * head_size] in, the same form out
+            unflatten_heads(qa, a.params.config.num_heads, "q");
             require_dtype(qa, "q", a.params.config.dtype);
             require_device(a, qa, "q");
+            check_causal(a.params.config, md);
             nb::object result = nb::borrow(out);
             if (out.is_none()) {
               const bool mla = cache.spec().layout == KVLayout::MLA;
               const int hv = mla ? cache.spec().v_width() : a.params.config.effective_head_size_v();
-              result = new_output_like(q, {md.num_tokens, a.params.config.num_heads, hv}, a.params.config.dtype);
+              const int64_t heads = a.params.config.num_heads;
+              result = new_output_like(q, flat ? std::vector<int64_t>{md.num_tokens, heads * hv}
+                                               : std::vector<int64_t>{md.num_tokens, heads, hv}, a.params.config.dtype);
             }
             ArrayArg oa = array_arg(result, "out", true);
+            unflatten_heads(oa, a.params.config.num_heads, "out");
             require_dtype(oa, "out", a.params.config.dtype);
             require_device(a, oa, "out");
             {
@@ -293,7 +332,8 @@ void bind_layer(nb::module_& m) {
             return result;
           },
           nb::arg("q"), nb::arg("cache"), nb::arg("metadata"), nb::arg("out") = nb::none(),
-          "q: [num_tokens, num_heads, head_size] → out: [num_tokens, num_heads, head_size_v], written in place\n"
+          "q: [num_tokens, num_heads, head_size] (or [num_tokens, num_heads * head_size]) → out of the same\n"
+          "form, [num_tokens, num_heads, head_size_v] (or flat), written in place\n"
           "into `out` when given (and returned), else into a new array like q.")
       .def("__repr__", [](const Attention& a) {
         const std::string v = a.impl->variant();

@@ -1,12 +1,13 @@
-"""The same kernels on PyTorch CPU tensors through DLPack (bfloat16 included), without copies.
-Skipped where torch is not installed: CI never downloads it."""
+"""The same kernels on PyTorch CPU tensors through DLPack (bfloat16 included), without copies:
+q / k / v / out, flat [tokens, heads * head_size] q, integer metadata tensors, caches exported to
+torch in their storage dtype and engine-owned torch caches. scripts/setup.sh installs torch."""
 import numpy as np
 import pytest
 
 import attn
 from helpers import assert_close, make_batch, valid_cpu_backends
 
-torch = pytest.importorskip("torch", reason="torch is not installed (CI does not download it)")
+torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -55,3 +56,50 @@ def test_torch_errors():
     with pytest.raises(ValueError, match="contiguous last dimension"):
         layer.forward(torch.zeros((2, 32, 4), dtype=torch.bfloat16).transpose(1, 2), b.cache, b.md)
     assert attn.LayerConfig(dtype=torch.float16).dtype == "float16"
+
+
+def test_torch_flat_q_metadata_tensors_and_cache_views():
+    cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
+    layer = attn.Attention(cfg)
+    b = make_batch(np.random.default_rng(6), layer, [25, 40], [3, 1])
+    q = as_torch(b.q.astype(np.float32), "bfloat16").reshape(4, 8 * 64)  # vLLM passes q as [T, H*D]
+    md = attn.BatchMetadata(context_lens=torch.tensor([25, 40]), query_lens=torch.tensor([3, 1], dtype=torch.int32),
+                            block_ids=torch.from_numpy(np.where(b.md.block_table < 0, 0, b.md.block_table)), cache=b.cache)
+    out = layer.forward(q, b.cache, md)
+    assert isinstance(out, torch.Tensor) and tuple(out.shape) == (4, 8 * 64)
+    assert_close(out.float().reshape(4, 8, 64).numpy(), b.reference(), "bfloat16", b.cache.dtype)
+    # The cache seen from torch: same memory, torch.bfloat16, the declared shape.
+    t = torch.from_dlpack(b.cache)
+    assert t.dtype == torch.bfloat16 and tuple(t.shape) == b.cache.shape and t.data_ptr() == b.cache.numpy().ctypes.data
+    np.testing.assert_array_equal(t.view(torch.int16).numpy(), b.cache.numpy().view(np.int16))
+
+
+@pytest.mark.parametrize("kv_cache_dtype,torch_dtype", [("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2"),
+                                                        ("float16", "float16"), ("auto", "bfloat16")])
+def test_torch_sees_every_cache_dtype(kv_cache_dtype, torch_dtype):
+    cache = attn.KVCache(2, block_size=16, num_kv_heads=2, head_size=64, kv_cache_dtype=kv_cache_dtype)
+    cache.fill(1.5)
+    t = torch.from_dlpack(cache)
+    assert t.dtype == getattr(torch, torch_dtype) and tuple(t.shape) == cache.shape
+    assert (t.float() == 1.5).all()
+
+
+def test_engine_owned_torch_cache():
+    cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
+    layer = attn.Attention(cfg)
+    engine = torch.zeros(layer.kv_cache_shape(num_blocks=5), dtype=getattr(torch, layer.kv_cache_dtype))
+    cache = attn.KVCache.from_dlpack(engine, layout=layer.kv_cache_layout)
+    assert not cache.owns_storage and cache.numpy().ctypes.data == engine.data_ptr()
+    rng = np.random.default_rng(7)
+    k, v = (torch.from_numpy(rng.standard_normal((20, 2, 64), dtype=np.float32)).to(torch.bfloat16) for _ in range(2))
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[20], block_ids=[[3, 1, 4, 0, 2][: -(-20 // layer.block_size)]],
+                            cache=cache)
+    layer.write_kv(k, v, cache, md)
+    q = torch.from_numpy(rng.standard_normal((20, 8, 64), dtype=np.float32)).to(torch.bfloat16)
+    out = layer.forward(q, cache, md)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float().transpose(0, 1), k.float().repeat_interleave(4, 1).transpose(0, 1),
+        v.float().repeat_interleave(4, 1).transpose(0, 1), is_causal=True).transpose(0, 1)
+    assert_close(out.float().numpy(), want.double().numpy(), "bfloat16", "bfloat16")
+    with pytest.raises(attn.Error, match="tensor.strides"):
+        attn.KVCache.from_dlpack(engine.transpose(3, 4).contiguous().transpose(3, 4))

@@ -16,17 +16,24 @@ int32_t entry_width(const KVCacheSpec& s) { return std::max(s.head_size, s.v_wid
 bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
 
 // Converts one row of `n` values from `src` (dtype `sd`) into cache storage, dividing by `scale`
-// for fp8 storage. Same-dtype 16-bit rows are copied bit-exactly.
-void store_row(const void* src, DType sd, void* dst, DType dd, int32_t n, float inv_scale) {
+// for fp8 storage. Same-dtype 16-bit rows are copied bit-exactly. Returns how many finite values
+// lay beyond the fp8 range and were clamped to ±max (0 for other storage dtypes).
+int64_t store_row(const void* src, DType sd, void* dst, DType dd, int32_t n, float inv_scale) {
   if (sd == dd && !is_fp8(dd)) {
     std::memcpy(dst, src, std::size_t(n) * dtype_size(dd));
-    return;
+    return 0;
   }
+  const float max = dd == DType::fp8_e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  int64_t saturated = 0;
   for (int32_t i = 0; i < n; ++i) {
     float v = load_as_float(src, sd, i);
-    if (is_fp8(dd)) v *= inv_scale;
+    if (is_fp8(dd)) {
+      v *= inv_scale;
+      saturated += std::isfinite(v) && std::fabs(v) > max;
+    }
     store_from_float(dst, dd, i, v);
   }
+  return saturated;
 }
 
 }  // namespace
@@ -84,13 +91,23 @@ KVCache::KVCache(const KVCacheSpec& spec) : spec_(spec) {
   v_scales_ = k_scales_;
 }
 
+KVCache::KVCache(const KVCacheSpec& spec, void* external) : spec_(spec), external_(external) {
+  external_bytes_ = std::size_t(spec.bytes());
+  require(external != nullptr, "external storage", "null", "a pointer to " + std::to_string(external_bytes_) + " bytes");
+  // attn's own storage is 64-byte aligned and the kernels are built and tested on that.
+  require(reinterpret_cast<std::uintptr_t>(external) % 64 == 0, "external storage address",
+          reinterpret_cast<std::uintptr_t>(external), "a multiple of 64 bytes");
+  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
+  v_scales_ = k_scales_;
+}
+
 KVCache::KVCache(KVCache&&) noexcept = default;
 KVCache& KVCache::operator=(KVCache&&) noexcept = default;
 KVCache::~KVCache() = default;
 
 PagedKV KVCache::view() const {
   PagedKV v;
-  v.base = storage_.data();
+  v.base = data();
   v.dtype = spec_.dtype;
   v.num_blocks = spec_.num_blocks;
   v.block_size = spec_.block_size;
@@ -163,10 +180,11 @@ void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadat
     for (int32_t h = 0; h < spec_.num_kv_heads; ++h) {
       const int64_t e = blk * pv.block_stride + off * pv.token_stride + h * pv.head_stride;
       const char* ks = static_cast<const char*>(k.data) + (t * k.strides[0] + h * k.strides[1]) * int64_t(dtype_size(k.dtype));
-      store_row(ks, k.dtype, base + e * int64_t(es), spec_.dtype, spec_.head_size, 1.0f / k_scales_[std::size_t(h)]);
+      saturated_ += store_row(ks, k.dtype, base + e * int64_t(es), spec_.dtype, spec_.head_size, 1.0f / k_scales_[std::size_t(h)]);
       if (mla) continue;
       const char* vs = static_cast<const char*>(v.data) + (t * v.strides[0] + h * v.strides[1]) * int64_t(dtype_size(v.dtype));
-      store_row(vs, v.dtype, base + (e + pv.v_offset) * int64_t(es), spec_.dtype, spec_.v_width(), 1.0f / v_scales_[std::size_t(h)]);
+      saturated_ += store_row(vs, v.dtype, base + (e + pv.v_offset) * int64_t(es), spec_.dtype, spec_.v_width(),
+                              1.0f / v_scales_[std::size_t(h)]);
     }
   }
 }
@@ -176,13 +194,13 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
   require(dst >= 0 && dst < spec_.num_blocks, "dst_block", dst, "a block id in [0, " + std::to_string(spec_.num_blocks) + ")");
   const PagedKV pv = view();
   const std::size_t bytes = std::size_t(pv.block_stride) * dtype_size(spec_.dtype);
-  char* base = static_cast<char*>(storage_.data());
+  char* base = static_cast<char*>(data());
   if (src != dst) std::memmove(base + std::size_t(dst) * bytes, base + std::size_t(src) * bytes, bytes);
 }
 
 void KVCache::fill(float value) {
-  const int64_t n = int64_t(storage_.bytes() / dtype_size(spec_.dtype));
-  for (int64_t i = 0; i < n; ++i) store_from_float(storage_.data(), spec_.dtype, i, value);
+  const int64_t n = int64_t(bytes() / dtype_size(spec_.dtype));
+  for (int64_t i = 0; i < n; ++i) store_from_float(data(), spec_.dtype, i, value);
 }
 
 }  // namespace attn

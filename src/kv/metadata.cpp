@@ -4,12 +4,38 @@
 
 #include "attn/checked.hpp"
 #include "attn/error.hpp"
+#include "attn/layer_config.hpp"
 #include "attn/limits.hpp"
 
 namespace attn {
 namespace {
 std::string seq_arg(int s, const char* field) { return "seqs[" + std::to_string(s) + "]." + field; }
 int64_t blocks_needed(int64_t tokens, int32_t block_size) { return (tokens + block_size - 1) / block_size; }
+
+/// A block that receives this step's tokens must appear once in its sequence's table: twice,
+/// two positions would share its slots and one write would overwrite the other token's keys.
+/// Blocks that only hold cached context may repeat (an engine's null block standing in for
+/// blocks a sliding window dropped), and sequences may share blocks (a common prefix).
+void require_distinct_written_blocks(int s, const SequenceSpec& q, int64_t need, int32_t block_size) {
+  if (q.query_len == 0) return;
+  const int64_t first_written = q.context_len / block_size;
+  std::vector<std::pair<int32_t, int64_t>> sorted(std::size_t(need), {0, 0});
+  for (int64_t b = 0; b < need; ++b) sorted[std::size_t(b)] = {q.block_ids[std::size_t(b)], b};
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t lo = 0, hi = 0; lo < sorted.size(); lo = hi) {
+    while (hi < sorted.size() && sorted[hi].first == sorted[lo].first) ++hi;
+    if (hi - lo < 2) continue;
+    for (std::size_t i = lo; i < hi; ++i) {
+      if (sorted[i].second < first_written) continue;
+      const int64_t other = sorted[i == lo ? lo + 1 : lo].second;
+      throw Error(seq_arg(s, "block_ids") + std::string("[") + std::to_string(sorted[i].second) + "]=" +
+                  std::to_string(sorted[i].first) + " invalid: expected distinct blocks within one sequence for the "
+                  "blocks this step writes (block " + std::to_string(sorted[i].first) + " is also block_ids[" +
+                  std::to_string(other) + "])");
+    }
+  }
+}
+
 }  // namespace
 
 BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_t block_size, int32_t num_blocks, bool causal) {
@@ -35,6 +61,7 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
       ATTN_REQUIRE(q.block_ids[b] >= 0 && q.block_ids[b] < num_blocks,
               seq_arg(int(s), "block_ids") + std::string("[") + std::to_string(b) + "]", q.block_ids[b],
               "a block id in [0, " + std::to_string(num_blocks) + ")");
+    require_distinct_written_blocks(int(s), q, need, block_size);
     total = checked_sum("num_tokens", {total, q.query_len}, limits::kMaxTokens, "query tokens of one step, summed over sequences");
     max_blocks = std::max(max_blocks, need);
     ATTN_REQUIRE(q.mm_start >= 0 && q.mm_start <= q.mm_end && q.mm_end <= len, seq_arg(int(s), "mm_start/mm_end"),
@@ -121,6 +148,15 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
   for (std::size_t t = 0; t < slot_mapping.size(); ++t)
     ATTN_REQUIRE(slot_mapping[t] >= -1 && slot_mapping[t] < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[t],
             "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
+}
+
+void check_causal(const LayerConfig& layer, const BatchMetadata& md) {
+  if (md.causal == layer.causal()) return;
+  const std::string kind = layer.use_non_causal ? "use_non_causal" : std::string(attn::to_string(layer.attn_type));
+  require(false, "metadata.causal", md.causal ? "true" : "false",
+          std::string(layer.causal() ? "true" : "false") + " for this " + kind + " layer (" +
+              (layer.causal() ? "causal" : "bidirectional") + " attention): build the step's metadata with causal=" +
+              (layer.causal() ? "true" : "false"));
 }
 
 std::string BatchMetadata::to_string() const {

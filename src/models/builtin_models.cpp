@@ -1,5 +1,8 @@
-// Built-in model names: the config.json files in models/ (ATTN_MODELS_DIR at build time, or the
-// ATTN_MODELS_DIR environment variable, so an installed binary can point at a copy).
+// Built-in model names: the config.json files in models/ (the ATTN_MODELS_DIR environment
+// variable, else the source tree's models/ of a build, else <prefix>/share/attn/models of an
+// installed libattn at <prefix>/lib*/).
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +23,13 @@ namespace fs = std::filesystem;
 
 fs::path models_dir() {
   if (const char* env = std::getenv("ATTN_MODELS_DIR"); env && *env) return env;
+  std::error_code ec;
+  if (fs::is_directory(ATTN_MODELS_DIR, ec)) return ATTN_MODELS_DIR;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&models_dir), &info) && info.dli_fname) {
+    fs::path installed = fs::path(info.dli_fname).parent_path().parent_path() / "share" / "attn" / "models";
+    if (fs::is_directory(installed, ec)) return installed;
+  }
   return ATTN_MODELS_DIR;
 }
 

@@ -146,6 +146,15 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
                         join(precluded) + ". Using " + d.backend +
                         " instead, which may reduce performance. Remove --block-size to let the backend choose.");
   }
+  // The block-size note above already says why the faster backends lost.
+  if (desc->slow_oracle && forced.empty() && d.notes.empty()) {
+    std::vector<std::string> why;
+    for (auto& cand : d.candidates)
+      if (!cand.valid && cand.priority < chosen->priority && !cand.reasons.empty())
+        why.push_back(cand.backend + ": " + cand.reasons.front().to_string());
+    d.notes.push_back(d.backend + " serves this layer: a slow oracle, because no faster backend supports it (" +
+                      join(why, "; ") + ")");
+  }
   return o;
 }
 

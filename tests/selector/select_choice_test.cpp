@@ -166,10 +166,33 @@ TEST(SelectorBlockSize, NoNoteWhenTheBetterBackendFailsForOtherReasonsToo) {
   Capabilities strict = synthetic_caps(hs);
   strict.block_sizes = SizeRule::multiple_of({16});
   strict.dtypes = {DType::bfloat16};
-  add_synthetic("bs_other", strict, 1);
+  const std::string other = add_synthetic("bs_other", strict, 1);
   LayerConfig cfg = synthetic_layer(hs);  // float32: excluded regardless of the block size
   cfg.block_size = 8;
-  EXPECT_TRUE(select(cfg).notes.empty());
+  // No block-size note; the one note says the oracle serves the layer, and why bs_other cannot.
+  const Decision d = select(cfg);
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_EQ(d.notes[0].find("--block-size"), std::string::npos);
+  EXPECT_NE(d.notes[0].find("reference serves this layer: a slow oracle"), std::string::npos) << d.notes[0];
+  EXPECT_NE(d.notes[0].find(other + ": dtype=float32"), std::string::npos) << d.notes[0];
+}
+
+TEST(SelectorOracle, NoteNamesWhatKeptTheFasterBackendsOut) {
+  ScopedEnv env("ATTN_BACKEND", std::nullopt);
+  LayerConfig cfg;
+  cfg.num_heads = 8, cfg.num_kv_heads = 2, cfg.head_size = 100, cfg.dtype = DType::bfloat16;
+  const Decision d = select(cfg);
+  ASSERT_EQ(d.backend, "reference");
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_NE(d.notes[0].find("reference serves this layer: a slow oracle, because no faster backend supports it ("),
+            std::string::npos) << d.notes[0];
+  EXPECT_NE(d.notes[0].find("cpu_flash: head_size=100"), std::string::npos) << d.notes[0];
+  EXPECT_NE(d.to_text().find("note: reference serves this layer"), std::string::npos);
+  // Forced, the oracle is the user's choice: no note.
+  SelectOptions o;
+  o.backend = "reference";
+  cfg.head_size = 128;
+  EXPECT_TRUE(select(cfg, o).notes.empty());
 }
 
 TEST(SelectorBlockSize, NoNoteWhenABackendIsForced) {

@@ -268,6 +268,44 @@ TEST_F(KVWrite, Fp8QuantizesWithTheScale) {
             fp8_e4m3_to_f32(f32_to_fp8_e4m3(-113.0f / 4.0f)) * 4.0f);
 }
 
+TEST_F(KVWrite, Fp8SaturationIsCounted) {
+  spec.dtype = DType::fp8_e4m3;
+  spec.kv_cache_dtype = KVCacheDType::fp8;
+  KVCache c(spec);
+  c.write(kv(), vv(), md);  // |values| <= 217 with scale 1: within ±448
+  EXPECT_EQ(c.saturated_values(), 0);
+  c.set_scales({0.25f}, {1.0f});
+  c.write(kv(), vv(), md);
+  // k / 0.25 > 448 where k > 112: token 1 head 1 d = 3..7 (5 values) and all 16 of token 2.
+  EXPECT_EQ(c.saturated_values(), 21);
+  c.write(kv(), vv(), md);
+  EXPECT_EQ(c.saturated_values(), 42);  // cumulative
+  KVCache bf16(small_spec(DType::bfloat16));
+  bf16.write(kv(), vv(), md);
+  EXPECT_EQ(bf16.saturated_values(), 0);
+}
+
+TEST_F(KVWrite, ExternalStorageIsWrittenInPlace) {
+  // An engine-owned tensor: the cache reads and writes it, allocating nothing.
+  Buffer engine(spec.dtype, spec.shape());
+  KVCache c(spec, engine.data());
+  EXPECT_FALSE(c.owns_storage());
+  EXPECT_EQ(c.data(), engine.data());
+  EXPECT_EQ(c.bytes(), std::size_t(spec.bytes()));
+  c.write(kv(), vv(), md);
+  const PagedKV p = c.view();
+  EXPECT_EQ(p.base, engine.data());
+  // t=1 h=1 d=3 lands in block 2 of the engine's memory.
+  EXPECT_EQ(static_cast<const float*>(engine.data())[2 * p.block_stride + p.token_stride + p.head_stride + 3], 113.0f);
+}
+
+TEST_F(KVWrite, ExternalStorageMustBeAlignedAndPresent) {
+  Buffer engine(spec.dtype, {int64_t(spec.bytes() / 4) + 16});
+  EXPECT_TRUE(throws_error([&] { KVCache(spec, static_cast<char*>(engine.data()) + 4); },
+                           {"external storage address=", "a multiple of 64 bytes"}));
+  EXPECT_TRUE(throws_error([&] { KVCache(spec, nullptr); }, {"external storage=null", "expected a pointer to"}));
+}
+
 TEST_F(KVWrite, SlotOutOfRange) {
   KVCache c(spec);
   md.slot_mapping[2] = 16;  // 4 blocks x 4 slots

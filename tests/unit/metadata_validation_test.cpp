@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <numeric>
 
+#include "attn/layer_config.hpp"
 #include "attn/metadata.hpp"
 #include "support/expect_error.hpp"
 
@@ -96,6 +98,44 @@ TEST(MetadataBuild, LengthsWhoseSumWrapsAreRefused) {
                            {"seqs[0].context_len + query_len=4611686018427387904 + 4611686018427387904 (beyond 64 bits)"}));
 }
 
+TEST(MetadataBuild, SameBlockTwiceInOneSequenceIsRefused) {
+  // Positions 0..3 and 8..11 would share slots: the second write would overwrite the first.
+  EXPECT_TRUE(throws_error([] { BatchMetadata::build({{0, 9, {5, 1, 5}}}, kBlockSize, kNumBlocks); },
+                           {"seqs[0].block_ids[0]=5", "distinct blocks within one sequence", "also block_ids[2]"}));
+  // A decode step writing into a block the cached context also lists.
+  EXPECT_TRUE(throws_error([] { BatchMetadata::build({{8, 1, {3, 6, 3}}}, kBlockSize, kNumBlocks); },
+                           {"seqs[0].block_ids[2]=3", "for the blocks this step writes", "also block_ids[0]"}));
+}
+
+TEST(MetadataBuild, RepeatsOnlyWhereTheyCannotCollideStayLegal) {
+  // Two sequences sharing their first block (a common prompt prefix); padding past the blocks a
+  // sequence needs (block tables padded with 0); a null block repeated over cached context that
+  // a sliding window dropped, as engines do.
+  const auto md = BatchMetadata::build({{4, 1, {2, 3}}, {4, 2, {2, 6, 6, 6}}, {8, 1, {0, 0, 7}}}, kBlockSize, kNumBlocks);
+  EXPECT_EQ(md.block_table, (std::vector<int32_t>{2, 3, -1, 2, 6, -1, 0, 0, 7}));
+}
+
+TEST(MetadataCausal, EncoderOnlyLayerRefusesCausalMetadata) {
+  LayerConfig encoder;
+  encoder.attn_type = AttnType::encoder_only;
+  const auto causal = BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks);
+  EXPECT_TRUE(throws_error([&] { check_causal(encoder, causal); },
+                           {"metadata.causal=true", "expected false for this encoder_only layer", "causal=false"}));
+  EXPECT_NO_THROW(check_causal(encoder, BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks, false)));
+}
+
+TEST(MetadataCausal, DecoderLayerRefusesBidirectionalMetadata) {
+  const LayerConfig decoder;
+  const auto bidirectional = BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks, false);
+  EXPECT_TRUE(throws_error([&] { check_causal(decoder, bidirectional); },
+                           {"metadata.causal=false", "expected true for this decoder layer"}));
+  EXPECT_NO_THROW(check_causal(decoder, BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks)));
+  LayerConfig prefix_lm;
+  prefix_lm.use_non_causal = true;
+  EXPECT_TRUE(throws_error([&] { check_causal(prefix_lm, BatchMetadata::build({{0, 3, {0}}}, kBlockSize, kNumBlocks)); },
+                           {"metadata.causal=true", "use_non_causal layer"}));
+}
+
 TEST(MetadataBuild, BlockSizeBeyondTheLimit) {
   EXPECT_TRUE(throws_error([] { BatchMetadata::build({{0, 2, {0}}}, 1 << 20, kNumBlocks); }, {"block_size=1048576", "<= 65536"}));
 }
@@ -103,8 +143,11 @@ TEST(MetadataBuild, BlockSizeBeyondTheLimit) {
 TEST(MetadataBuild, TotalTokensBeyondInt32) {
   // Two sequences of 2^30 + 1 new tokens each: every length fits, their sum does not.
   const int64_t n = (int64_t(1) << 30) + 1, bs = int64_t(1) << 16;
-  const std::vector<int32_t> ids(std::size_t((n + bs - 1) / bs), 0);
-  EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{0, n, ids}, {0, n, ids}}, int32_t(bs), 4); },
+  // Distinct blocks within a sequence; the two sequences share them (legal).
+  std::vector<int32_t> ids(std::size_t((n + bs - 1) / bs));
+  std::iota(ids.begin(), ids.end(), 0);
+  const int32_t num_blocks = int32_t(ids.size());
+  EXPECT_TRUE(throws_error([&] { BatchMetadata::build({{0, n, ids}, {0, n, ids}}, int32_t(bs), num_blocks); },
                            {"num_tokens=1073741825 + 1073741825 = 2147483650", "at most 2147483647"}));
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <numeric>
 
 #include "attn/registry.hpp"
 #include "backends/cpu_flash/plan.hpp"
@@ -105,8 +106,11 @@ TEST(CpuFlashProperties, IsaOverrideIsHonouredAndChecked) {
 }
 
 TEST(CpuFlashPlan, SplitsLongDecodeAtFixedPositionsOnly) {
-  const BatchMetadata md = BatchMetadata::build({{4095, 1, std::vector<int32_t>(64, 0)}, {0, 200, std::vector<int32_t>(4, 1)}},
-                                                64, 2, true);
+  // The plan reads lengths only; the block ids are distinct because build() requires that of blocks a step writes.
+  std::vector<int32_t> decode_blocks(64), prefill_blocks(4);
+  std::iota(decode_blocks.begin(), decode_blocks.end(), 0);
+  std::iota(prefill_blocks.begin(), prefill_blocks.end(), 64);
+  const BatchMetadata md = BatchMetadata::build({{4095, 1, decode_blocks}, {0, 200, prefill_blocks}}, 64, 68, true);
   const Plan plan = make_plan(md, PlanShape{4, 8, 128, 0, true});
   // Decode: 4096 keys / 1024 per split × 8 KV heads; prefill: 200 tokens / 16 per tile × 8 heads.
   ASSERT_EQ(plan.merges.size(), 8u);

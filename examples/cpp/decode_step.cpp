@@ -1,0 +1,48 @@
+// One decode step of a Llama-3-8B layer through the installed attn package: the selector picks
+// the backend, the prompt's keys and values go into a paged cache, one new token attends to them.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <attn/attn.hpp>
+
+int main() {
+  attn::LayerConfig cfg;
+  cfg.num_heads = 32, cfg.num_kv_heads = 8, cfg.head_size = 128, cfg.dtype = attn::DType::float32;
+  const attn::Decision decision = attn::select(cfg);
+  attn::LayerParams params;
+  params.config = cfg;
+  auto& registry = attn::Registry::instance();
+  auto layer = registry.create(decision.backend, params);
+  const int32_t block_size = decision.block_size;
+  const int32_t context = 100, blocks = (context + 1 + block_size - 1) / block_size;
+  attn::KVCache cache(registry.find(decision.backend)->cache_spec(cfg, blocks, block_size));
+
+  std::vector<int32_t> block_ids(blocks);
+  for (int32_t b = 0; b < blocks; ++b) block_ids[b] = b;
+  std::mt19937 rng(0);
+  std::normal_distribution<float> normal;
+  auto random = [&](std::vector<int64_t> shape) {
+    attn::Buffer buf(attn::DType::float32, shape);
+    float* p = buf.view().ptr<float>();
+    for (int64_t i = 0; i < buf.view().numel(); ++i) p[i] = normal(rng);
+    return buf;
+  };
+  // The prompt's keys and values, then one decode step: its own k, v and its query.
+  auto prompt = attn::BatchMetadata::build({{0, context, block_ids}}, block_size, blocks);
+  attn::Buffer k = random({context, 8, 128}), v = random({context, 8, 128});
+  layer->write_kv(k.view(), v.view(), cache, prompt);
+  auto step = attn::BatchMetadata::build({{context, 1, block_ids}}, block_size, blocks);
+  attn::Buffer k1 = random({1, 8, 128}), v1 = random({1, 8, 128}), q = random({1, 32, 128});
+  attn::Buffer out(attn::DType::float32, {1, 32, 128});
+  layer->write_kv(k1.view(), v1.view(), cache, step);
+  layer->forward(q.view(), cache, step, out.view());
+
+  const float* o = out.view().ptr<float>();
+  bool finite = true;
+  for (int64_t i = 0; i < out.view().numel(); ++i) finite = finite && std::isfinite(o[i]);
+  std::printf("backend %s, block_size %d, out[0, 0, :4] = %.4f %.4f %.4f %.4f\n", decision.backend.c_str(), block_size,
+              o[0], o[1], o[2], o[3]);
+  return finite ? 0 : 1;
+}

@@ -1,0 +1,111 @@
+"""attn.attention: dense (q, k, v) attention in the style of torch's scaled_dot_product_attention,
+served by the same selector and kernels as the paged API.
+
+K and V go into a paged cache through the layer's write_kv (one copy, in the cache dtype); q is
+read in place when its layout allows and the output is written once. NumPy arrays (ml_dtypes
+bfloat16 included) and torch CPU tensors both work; the output has q's array type and dtype.
+"""
+from __future__ import annotations
+
+import atexit
+import math
+import threading
+
+from ._core import Attention, BatchMetadata, LayerConfig
+
+_LAYOUTS = ("bhsd", "bshd", "thd")
+_MAX_LAYERS = 256  # distinct (config, scale, sinks, backend) kept; a model has a handful
+_layers: dict = {}
+_layers_lock = threading.Lock()
+# Released before the interpreter tears the extension down (nanobind reports survivors as leaks).
+atexit.register(_layers.clear)
+
+
+def _dtype_name(x) -> str:
+    name = str(x.dtype)
+    return name[len("torch."):] if name.startswith("torch.") else name
+
+
+def _layer(cfg: LayerConfig, scale, sinks, backend) -> Attention:
+    """One Attention per distinct layer, reused across calls (the selector caches decisions too)."""
+    key = (cfg, scale, None if sinks is None else tuple(float(s) for s in sinks), backend)
+    with _layers_lock:
+        layer = _layers.get(key)
+        if layer is None:
+            if len(_layers) >= _MAX_LAYERS:
+                _layers.clear()
+            layer = _layers[key] = Attention(cfg, backend, scale=scale, sinks=key[2])
+    return layer
+
+
+def _tokens_major(x, layout: str):
+    """[B, H, S, D] / [B, S, H, D] → [B*S, H, D] (a view where the strides allow, else a copy)."""
+    if layout == "bhsd":
+        x = x.swapaxes(1, 2)
+    b, s, h, d = x.shape
+    return x.reshape(b * s, h, d)
+
+
+def _lengths(cu_seqlens, total: int, arg: str) -> list[int]:
+    if cu_seqlens is None:
+        return [total]
+    cu = [int(c) for c in (cu_seqlens.tolist() if hasattr(cu_seqlens, "tolist") else cu_seqlens)]
+    if not cu or cu[0] != 0 or cu[-1] != total or any(b < a for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"{arg}={cu} invalid: expected non-decreasing offsets from 0 to {total} (the token count)")
+    return [b - a for a, b in zip(cu, cu[1:])]
+
+
+def attention(q, k, v, *, causal: bool = True, scale: float | None = None, window: int | None = None,
+              softcap: float | None = None, sinks=None, layout: str = "bhsd", cu_seqlens_q=None, cu_seqlens_k=None,
+              backend: str | None = None):
+    """Dense attention: softmax(q k^T * scale) v per head, with grouped K/V heads (GQA/MQA).
+
+    layout: "bhsd" (q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D/Dv]; torch SDPA's), "bshd" ([B, S, H, D]) or
+    "thd" (q [Tq, Hq, D], k/v [Tk, Hkv, D], one sequence, or several given by cu_seqlens_q /
+    cu_seqlens_k offsets as in flash-attn's varlen API). The output has q's layout.
+    causal: query i of a sequence sees keys up to Skv - Sq + i (bottom-right aligned, as in
+    decoding); for Sq == Skv this is torch's is_causal=True. scale: None means 1/sqrt(D).
+    window: each query sees at most `window` keys ending at its own position (None: all).
+    softcap: logits → softcap * tanh(logits / softcap). sinks: [Hq] per-head sink logits.
+    backend: force a backend (else the selector chooses, as for attn.Attention).
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout={layout!r} invalid: expected one of {', '.join(_LAYOUTS)}")
+    want_ndim = 3 if layout == "thd" else 4
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != want_ndim:
+            raise ValueError(f"{name}.shape={tuple(x.shape)} invalid: expected {want_ndim} dimensions for layout={layout!r}")
+    if layout == "thd":
+        qt, kt, vt = q, k, v
+        q_lens = _lengths(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
+        kv_lens = _lengths(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
+    else:
+        if cu_seqlens_q is not None or cu_seqlens_k is not None:
+            raise ValueError(f"cu_seqlens_q / cu_seqlens_k apply to layout='thd' only, not {layout!r}")
+        batch = q.shape[0]
+        if k.shape[0] != batch or v.shape[0] != batch:
+            raise ValueError(f"k.shape[0]={k.shape[0]}, v.shape[0]={v.shape[0]} invalid: expected q's batch {batch}")
+        qt, kt, vt = (_tokens_major(x, layout) for x in (q, k, v))
+        seq_axis = 2 if layout == "bhsd" else 1
+        q_lens, kv_lens = [q.shape[seq_axis]] * batch, [k.shape[seq_axis]] * batch
+    if len(q_lens) != len(kv_lens):
+        raise ValueError(f"cu_seqlens_q has {len(q_lens)} sequences, cu_seqlens_k {len(kv_lens)}: expected the same")
+    heads, head_size = qt.shape[1], qt.shape[2]
+    cfg = LayerConfig(num_heads=heads, num_kv_heads=kt.shape[1], head_size=head_size, head_size_v=vt.shape[2],
+                      dtype=_dtype_name(q), sliding_window=window or 0, logits_soft_cap=softcap or 0.0,
+                      has_sink=sinks is not None, attn_type="decoder" if causal else "encoder_only")
+    layer = _layer(cfg, scale, sinks, backend)
+
+    block_size = layer.block_size
+    per_seq = [max(1, math.ceil(n / block_size)) for n in kv_lens]
+    starts = [sum(per_seq[:i]) for i in range(len(per_seq))]
+    block_ids = [list(range(s, s + n)) for s, n in zip(starts, per_seq)]
+    cache = layer.make_cache(num_blocks=sum(per_seq), block_size=block_size)
+    keys = BatchMetadata(context_lens=[0] * len(kv_lens), query_lens=kv_lens, block_ids=block_ids, cache=cache)
+    layer.write_kv(kt, vt, cache, keys)
+    md = BatchMetadata(seq_lens=kv_lens, query_lens=q_lens, block_ids=block_ids, cache=cache, causal=causal)
+    out = layer.forward(qt, cache, md)
+    if layout == "thd":
+        return out
+    out = out.reshape(q.shape[0], q_lens[0], heads, out.shape[2])
+    return out.swapaxes(1, 2) if layout == "bhsd" else out

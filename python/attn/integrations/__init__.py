@@ -1,0 +1,1 @@
+"""Adapters that plug attn into other frameworks: ``attn.integrations.transformers``."""

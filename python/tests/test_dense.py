@@ -1,0 +1,84 @@
+"""attn.attention: dense (q, k, v) attention through the selector and the paged kernels, against
+the fp64 NumPy reference (NumPy arrays) and torch's scaled_dot_product_attention (torch tensors)."""
+import numpy as np
+import pytest
+
+import attn
+from helpers import NUMPY_DTYPES, assert_close, reference_attention, rounded
+
+
+def per_sequence(k, lens):
+    starts = np.cumsum([0] + list(lens))
+    return [k[a:b] for a, b in zip(starts[:-1], starts[1:])]
+
+
+def reference_bshd(q, k, v, *, causal, scale, window=0, soft_cap=0.0, sinks=None):
+    """q [B, Sq, H, D], k/v [B, Skv, Hkv, D] in fp64 → [B, Sq, H, Dv] through the thd reference."""
+    b, sq = q.shape[:2]
+    skv = k.shape[1]
+    out = reference_attention(q.reshape(b * sq, *q.shape[2:]), list(k), list(v), query_lens=[sq] * b,
+                              seq_lens=[skv] * b, scale=scale, causal=causal, window=window, soft_cap=soft_cap,
+                              sinks=sinks)
+    return out.reshape(b, sq, q.shape[2], v.shape[3])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("sq,skv,causal", [(1, 77, True), (33, 33, True), (9, 50, False)])
+def test_dense_matches_reference(dtype, layout, sq, skv, causal):
+    rng = np.random.default_rng(sq * 100 + skv)
+    b, h, hkv, d = 3, 8, 2, 64
+    q64, k64, v64 = (rng.standard_normal((b, n, heads, d)) for n, heads in ((sq, h), (skv, hkv), (skv, hkv)))
+    q, k, v = (x.astype(NUMPY_DTYPES[dtype]) for x in (q64, k64, v64))
+    if layout == "bhsd":
+        q, k, v = (np.ascontiguousarray(x.swapaxes(1, 2)) for x in (q, k, v))
+    out = attn.attention(q, k, v, causal=causal, layout=layout)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    got = out.swapaxes(1, 2) if layout == "bhsd" else out
+    want = reference_bshd(rounded(q64, dtype), rounded(k64, dtype), rounded(v64, dtype), causal=causal, scale=d ** -0.5)
+    assert_close(got, want, dtype, dtype)
+
+
+def test_dense_window_softcap_sinks_scale_and_thd_varlen():
+    rng = np.random.default_rng(11)
+    h, hkv, d = 4, 4, 32
+    q_lens, kv_lens = [5, 1, 12], [20, 9, 12]
+    q = rng.standard_normal((sum(q_lens), h, d)).astype(np.float32)
+    k = rng.standard_normal((sum(kv_lens), hkv, d)).astype(np.float32)
+    v = rng.standard_normal((sum(kv_lens), hkv, d)).astype(np.float32)
+    sinks = rng.standard_normal(h).astype(np.float32)
+    cu = lambda lens: np.cumsum([0] + lens)  # noqa: E731
+    out = attn.attention(q, k, v, layout="thd", cu_seqlens_q=cu(q_lens), cu_seqlens_k=cu(kv_lens), scale=0.3,
+                         window=7, softcap=5.0, sinks=sinks)
+    want = reference_attention(q.astype(np.float64), per_sequence(k.astype(np.float64), kv_lens),
+                               per_sequence(v.astype(np.float64), kv_lens), query_lens=q_lens, seq_lens=kv_lens,
+                               scale=0.3, window=7, soft_cap=5.0, sinks=sinks.astype(np.float64))
+    assert_close(out, want, "float32", "float32")
+
+
+def test_dense_errors():
+    q = np.zeros((1, 4, 3, 32), np.float32)
+    with pytest.raises(ValueError, match="layout='bsh' invalid: expected one of bhsd, bshd, thd"):
+        attn.attention(q, q, q, layout="bsh")
+    with pytest.raises(ValueError, match=r"k.shape=\(4, 3, 32\) invalid: expected 4 dimensions"):
+        attn.attention(q, q[0], q)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q=\[0, 5\] invalid: expected non-decreasing offsets from 0 to 4"):
+        attn.attention(q[0], q[0], q[0], layout="thd", cu_seqlens_q=[0, 5])
+    with pytest.raises(attn.Error, match="scale=0.0 invalid"):
+        attn.attention(q, q, q, scale=0.0)
+
+
+def test_dense_torch_matches_scaled_dot_product_attention():
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(0)
+    for dtype, (atol, rtol) in ((torch.float32, (2e-5, 2e-5)), (torch.bfloat16, (1.2e-2, 1.2e-2))):
+        for sq, skv, causal in ((40, 40, True), (1, 300, False)):
+            q = torch.randn(2, 8, sq, 128, generator=gen).to(dtype)
+            k = torch.randn(2, 2, skv, 128, generator=gen).to(dtype)
+            v = torch.randn(2, 2, skv, 128, generator=gen).to(dtype)
+            out = attn.attention(q, k, v, causal=causal)
+            assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.shape == q.shape
+            # torch in float64 from the same rounded inputs: the reference.
+            want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, enable_gqa=True)
+            torch.testing.assert_close(out.double(), want, atol=atol, rtol=rtol)
