@@ -135,6 +135,11 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
   d.variant = desc->variant ? desc->variant(p) : "";
   d.block_size_from_user = c.block_size != 0;
   d.block_size = c.block_size ? c.block_size : desc->preferred_block_size;
+  if (desc->oracle) {
+    d.slow_path = d.backend + " is the correctness oracle (plain loops), far slower than a production backend; " +
+                  (forced.empty() ? "no production backend serves this layer (see the candidates' reasons)"
+                                  : "chosen because it was forced (" + forced_by + ")");
+  }
   if (c.block_size != 0 && forced.empty()) {
     std::vector<std::string> precluded;
     for (auto& cand : d.candidates) {

@@ -280,3 +280,25 @@ TEST(SelectorAttentionFree, ForcingAnAttentionBackendOnAMambaLayer) {
 }
 
 }  // namespace
+
+// --- the slow reference path ---
+
+TEST(SelectorSlowPath, DecisionSaysWhenTheOracleServesTheLayer) {
+  ScopedEnv env("ATTN_BACKEND", std::nullopt);
+  LayerConfig cfg;  // a head size no production CPU backend serves
+  cfg.num_heads = 4, cfg.num_kv_heads = 2, cfg.head_size = 300;
+  const Decision d = select(cfg);
+  ASSERT_EQ(d.backend, "reference");
+  EXPECT_NE(d.slow_path.find("no production backend serves this layer"), std::string::npos) << d.slow_path;
+  EXPECT_NE(d.to_text().find("\nslow reference path: reference is the correctness oracle"), std::string::npos) << d.to_text();
+  EXPECT_NE(d.to_json().find("\"slow_path\":\"reference is the correctness oracle"), std::string::npos) << d.to_json();
+
+  SelectOptions forced;
+  forced.backend = "reference";
+  EXPECT_NE(select(LayerConfig{}, forced).slow_path.find("forced (argument)"), std::string::npos);
+
+  const Decision fast = select(LayerConfig{});  // Llama-like: a production backend
+  EXPECT_NE(fast.backend, "reference");
+  EXPECT_TRUE(fast.slow_path.empty()) << fast.slow_path;
+  EXPECT_EQ(fast.to_text().find("slow reference path"), std::string::npos);
+}
