@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "attention_check.hpp"
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
 #include "attn/registry.hpp"
@@ -77,7 +78,16 @@ struct KindTime {
   json to_json() const { return {{"layers", layers}, {"prefill", prefill.to_json()}, {"decode", decode.to_json()}}; }
 };
 
-attn::LayerParams layer_params(const attn::ModelLayer& layer, int threads, Rng& rng) {
+const LayerGroup& group_of(const Plan& plan, int layer) {
+  for (const auto& g : plan.groups) {
+    for (int i : g.layers) if (i == layer) return g;
+  }
+  throw attn::Error("layer=" + std::to_string(layer) + " invalid: expected a layer of the plan");
+}
+
+/// The rank's share of one attention layer: its config, and ALiBi slopes of the global heads it
+/// holds (a slope depends on the head's index in the whole layer).
+attn::LayerParams layer_params(const attn::ModelLayer& layer, const LayerGroup& group, int rank, int threads, Rng& rng) {
   attn::LayerParams p;
   p.config = layer.attention;
   p.scale = layer.softmax_scale;
@@ -85,14 +95,12 @@ attn::LayerParams layer_params(const attn::ModelLayer& layer, int threads, Rng& 
   if (p.config.has_sink) {
     for (int h = 0; h < p.config.num_heads; ++h) p.sinks.push_back(rng.uniform(-1.0f, 1.0f));
   }
-  return p;
-}
-
-const LayerGroup& group_of(const Plan& plan, int layer) {
-  for (const auto& g : plan.groups) {
-    for (int i : g.layers) if (i == layer) return g;
+  if (p.config.use_alibi) {
+    const std::vector<float> all = attn::alibi_slopes(group.whole.attention.num_heads);
+    const auto first = all.begin() + group.sharding.first_head(rank);
+    p.alibi_slopes.assign(first, first + p.config.num_heads);
   }
-  throw attn::Error("layer=" + std::to_string(layer) + " invalid: expected a layer of the plan");
+  return p;
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -128,11 +136,14 @@ void print_phase(const char* name, const PhaseTime& total, const KindTime& atten
 int cmd_run(const RunOptions& o) {
   const RunShape shape = check_run_options(o);
   const attn::MemoryBudget budget = attn::memory_budget("--memory-limit", o.memory_limit);
-  const attn::ModelSpec model = load_model(o.model);
+  const attn::ModelSpec whole_model = load_model(o.model);
   const attn::SelectOptions sel = select_options(o.model);
   const attn::Platform platform = sel.platform ? *sel.platform : attn::detect_cpu();
   attn::require(platform.detected, "platform", platform.to_string(), "this machine (attn run executes here; use attn plan for other targets)");
-  const Plan plan = build_plan(model, sel);
+  const Parallelism parallel = parallelism(o.model.tensor_parallel, 1, whole_model);
+  attn::check_range("--rank", o.rank, 0, parallel.tensor - 1, "a rank of --tensor-parallel " + std::to_string(parallel.tensor));
+  const Plan plan = build_plan(whole_model, sel, parallel);
+  const attn::ModelSpec& model = plan.rank_model;  // the rank's share of every layer is what runs
   if (!plan.all_served()) {
     std::cerr << plan_text(plan);
     std::string groups;
@@ -181,7 +192,7 @@ int cmd_run(const RunOptions& o) {
       ++mixer_time.layers;
     } else {
       for (auto& gs : groups) if (gs->group == &g) ls.group = gs.get();
-      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, shape.threads, rng), ls.group->num_blocks,
+      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, g, int(o.rank), shape.threads, rng), ls.group->num_blocks,
                                                 ls.group->block_size);
       ls.runner->use_random_up_projections(rng);  // MLA: lets long prefills run the expanded form
       ++attention_time.layers;
@@ -279,6 +290,7 @@ int cmd_run(const RunOptions& o) {
   }
 
   json j{{"model", model.name}, {"architecture", model.architecture}, {"platform", plan.platform},
+         {"tensor_parallel", parallel.tensor}, {"rank", o.rank},
          {"batch", shape.batch}, {"prompt_len", shape.prompt_len}, {"decode_steps", decode_steps},
          {"threads", shape.threads > 0 ? shape.threads : omp_get_max_threads()}, {"seed", o.seed},
          {"attention_layers", attention_time.layers}, {"mixer_layers", mixer_time.layers},
@@ -301,6 +313,10 @@ int cmd_run(const RunOptions& o) {
   std::cout << plan_text(plan, false) << "\n";
   std::printf("run: batch %d x prompt %d, %d decode steps, %d attention + %d mixer layers, %d threads\n", shape.batch,
               shape.prompt_len, decode_steps, attention_time.layers, mixer_time.layers, j["threads"].get<int>());
+  if (parallel.tensor > 1) {
+    std::printf("  tensor-parallel rank %lld of %d: this rank's share of every layer (the shapes above)\n", (long long)o.rank,
+                parallel.tensor);
+  }
   if (layers.empty()) {
     std::printf("  no layers: nothing to run\n");
     return 0;
