@@ -78,16 +78,7 @@ struct KindTime {
   json to_json() const { return {{"layers", layers}, {"prefill", prefill.to_json()}, {"decode", decode.to_json()}}; }
 };
 
-const LayerGroup& group_of(const Plan& plan, int layer) {
-  for (const auto& g : plan.groups) {
-    for (int i : g.layers) if (i == layer) return g;
-  }
-  throw attn::Error("layer=" + std::to_string(layer) + " invalid: expected a layer of the plan");
-}
-
-/// The rank's share of one attention layer: its config, and ALiBi slopes of the global heads it
-/// holds (a slope depends on the head's index in the whole layer).
-attn::LayerParams layer_params(const attn::ModelLayer& layer, const LayerGroup& group, int rank, int threads, Rng& rng) {
+attn::LayerParams layer_params(const attn::ModelLayer& layer, int threads, Rng& rng) {
   attn::LayerParams p;
   p.config = layer.attention;
   p.scale = layer.softmax_scale;
@@ -95,12 +86,14 @@ attn::LayerParams layer_params(const attn::ModelLayer& layer, const LayerGroup& 
   if (p.config.has_sink) {
     for (int h = 0; h < p.config.num_heads; ++h) p.sinks.push_back(rng.uniform(-1.0f, 1.0f));
   }
-  if (p.config.use_alibi) {
-    const std::vector<float> all = attn::alibi_slopes(group.whole.attention.num_heads);
-    const auto first = all.begin() + group.sharding.first_head(rank);
-    p.alibi_slopes.assign(first, first + p.config.num_heads);
-  }
   return p;
+}
+
+const LayerGroup& group_of(const Plan& plan, int layer) {
+  for (const auto& g : plan.groups) {
+    for (int i : g.layers) if (i == layer) return g;
+  }
+  throw attn::Error("layer=" + std::to_string(layer) + " invalid: expected a layer of the plan");
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -192,7 +185,7 @@ int cmd_run(const RunOptions& o) {
       ++mixer_time.layers;
     } else {
       for (auto& gs : groups) if (gs->group == &g) ls.group = gs.get();
-      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, g, int(o.rank), shape.threads, rng), ls.group->num_blocks,
+      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, shape.threads, rng), ls.group->num_blocks,
                                                 ls.group->block_size);
       ls.runner->use_random_up_projections(rng);  // MLA: lets long prefills run the expanded form
       ++attention_time.layers;
