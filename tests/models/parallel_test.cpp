@@ -1,7 +1,10 @@
 // Tensor- and pipeline-parallel shares (attn/parallel.hpp): vLLM's head split and KV-head
 // replication on the shipped models, errors naming tensor_parallel when heads do not divide,
-// MLA's replicated latent cache, mixers' split channels, and vLLM's pipeline layer ranges.
+// MLA's replicated latent cache, mixers' split channels, and vLLM's pipeline layer ranges; and
+// no shipped model, whole or sharded, left to the slow reference backend.
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "attn/attn.hpp"
 #include "attn/mamba.hpp"
@@ -165,6 +168,34 @@ TEST(PipelineParallel, StagesFollowVllmsSplit) {
   EXPECT_EQ(ranges(10, 4), (V{{0, 2}, {2, 5}, {5, 8}, {8, 10}}));  // two left over: the two stages before the last
   EXPECT_TRUE(throws_error([&] { attn::pipeline_stages(4, 5); }, {"pipeline_parallel=5", "<= 4"}));
   EXPECT_TRUE(throws_error([&] { attn::pipeline_stages(4, 0); }, {"pipeline_parallel=0"}));
+}
+
+// No shipped model leaves a layer to the slow oracle, at its own dtype or float32 / float16, on
+// this CPU or the portable planning targets, whole or as one of 8 tensor-parallel ranks.
+TEST(NoOracleLayers, EveryShippedModelIsServedByAProductionBackend) {
+  std::vector<attn::SelectOptions> targets(3);
+  targets[1].platform = attn::parse_platform("cpu:avx2");
+  targets[2].platform = attn::parse_platform("cpu");
+  for (auto& t : targets) t.use_env = false;
+  for (const auto& name : attn::builtin_models()) {
+    for (std::optional<attn::DType> dtype : {std::optional<attn::DType>{}, std::optional{attn::DType::float32},
+                                             std::optional{attn::DType::float16}}) {
+      attn::ModelOverrides o;
+      o.dtype = dtype;
+      const attn::ModelSpec whole = attn::load_model(name, o);
+      std::vector<attn::ModelSpec> shares = {whole};
+      if (name != "qwen2.5-7b" && name != "bert-base-uncased") shares.push_back(attn::shard_model(whole, 8));
+      for (const auto& m : shares)
+        for (const auto& l : m.layers) {
+          if (l.kind != attn::LayerKind::attention) continue;
+          for (const auto& t : targets) {
+            const attn::Decision d = attn::explain(l.attention, t);
+            EXPECT_FALSE(d.backend.empty()) << name << " layer " << l.index << " on " << d.platform;
+            EXPECT_TRUE(d.slow_path.empty()) << name << " layer " << l.index << " on " << d.platform << ": " << d.backend;
+          }
+        }
+    }
+  }
 }
 
 }  // namespace
