@@ -10,6 +10,7 @@
 #include "attn/platform.hpp"
 #include "attn/mamba.hpp"
 #include "attn/registry.hpp"
+#include "run_memory.hpp"
 
 namespace attn_cli {
 namespace {
@@ -36,18 +37,12 @@ void select_mixer(LayerGroup& g, const attn::SelectOptions& options) {
   g.has_decision = true;
 }
 
-int64_t elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t x : shape) n *= x;
-  return n;
-}
-
 /// One rank's cache per layer of the group: KV bytes per token of the chosen backend's cache
 /// spec, or a mixer's float32 state bytes per sequence.
 void size_caches(LayerGroup& g) {
   if (!g.is_attention()) {
     const attn::MixerConfig mc = attn::MixerConfig::from_dims(g.sample.mixer, g.sample.mixer_dims);
-    g.state_bytes_per_sequence = int64_t(sizeof(float)) * (elements(mc.conv_state_shape(1)) + elements(mc.ssm_state_shape(1)));
+    g.state_bytes_per_sequence = mixer_state_bytes(mc, 1);
     return;
   }
   if (g.decision.backend.empty() || g.sample.attention.is_attention_free) return;
@@ -58,7 +53,7 @@ void size_caches(LayerGroup& g) {
   g.slow_reference = backend->oracle;
 }
 
-/// "4 of 32 heads, 1 of 8 KV heads per rank (each KV head on 2 ranks)".
+/// "2 of 32 heads, 1 of 8 KV heads per rank (each KV head replicated on 2 ranks)".
 std::string describe_sharding(const LayerGroup& g) {
   const attn::HeadSharding& s = g.sharding;
   const attn::LayerConfig& whole = g.whole.attention;
