@@ -89,9 +89,9 @@ struct BackendDescriptor {
   std::string summary;
   Capabilities caps;
   int priority = 100;                 // lower is preferred among valid backends
-  /// A correctness oracle, far slower than production kernels: when the selector picks it on its
-  /// own, the decision carries a note naming what kept the faster backends out.
-  bool slow_oracle = false;
+  /// The correctness oracle: serves every layer, far slower than a production backend; a
+  /// decision that lands on it says so in its notes.
+  bool oracle = false;
   int preferred_block_size = 16;      // used when the user sets no block size
   KVLayout kv_layout = KVLayout::NHD;
   /// Empty: built into the core. Otherwise the shared module ("attn_cuda") that provides the

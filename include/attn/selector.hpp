@@ -38,6 +38,8 @@ struct Decision {
   bool block_size_from_user = false;
   std::vector<Candidate> candidates;  // every backend checked, in priority order
   std::vector<std::string> notes;     // e.g. "--block-size 8 precluded higher-priority backend(s) ..."
+  /// Set when the chosen backend is the slow correctness oracle (BackendDescriptor::oracle): why.
+  std::string slow_path;
 
   std::string to_text() const;
   std::string to_json() const;        // {"backend":..,"config":{..},"candidates":[..],...}

@@ -30,6 +30,7 @@ from ._core import (  # noqa: E402
     Candidate,
     Decision,
     Error,
+    HeadSharding,
     KVCache,
     LayerConfig,
     ModelLayer,
@@ -43,9 +44,13 @@ from ._core import (  # noqa: E402
     load_model,
     load_plugin,
     mixer_backends,
+    pipeline_stages,
     platform,
     select,
     select_mamba,
+    shard_heads,
+    shard_layer_config,
+    shard_model,
 )
 from ._plan import Plan, PlannedLayer, plan  # noqa: E402
 from .dense import attention  # noqa: E402
@@ -53,8 +58,9 @@ from .dense import attention  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "KVCache", "LayerConfig",
+    "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "HeadSharding", "KVCache",
+    "LayerConfig",
     "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "backends", "builtin_models",
-    "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends", "plan", "platform",
-    "select", "select_mamba",
+    "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends", "pipeline_stages", "plan",
+    "platform", "select", "select_mamba", "shard_heads", "shard_layer_config", "shard_model",
 ]

@@ -18,6 +18,7 @@ class PlannedLayer:
     config: Optional[_core.LayerConfig] = None  # attention layers
     mixer: Optional[str] = None  # mixer layers: mamba1, mamba2, short_conv, ...
     softmax_scale: float = 0.0  # 0 → 1/sqrt(head_size)
+    sharding: Optional[_core.HeadSharding] = None  # attention layers: heads per tensor-parallel rank
 
     @property
     def backend(self) -> str:
@@ -30,6 +31,7 @@ class Plan:
 
     model: _core.ModelSpec
     layers: list = field(default_factory=list)
+    tensor_parallel: int = 1  # layers hold one rank's share when > 1
 
     def backends(self) -> dict:
         """Backend name → number of layers it serves."""
@@ -57,6 +59,7 @@ class Plan:
             "model": self.model.name,
             "architecture": self.model.architecture,
             "num_layers": self.model.num_layers,
+            "tensor_parallel": self.tensor_parallel,
             "layers": [
                 {"index": l.index, "kind": l.kind, "mixer": l.mixer, "softmax_scale": l.softmax_scale,
                  "decision": l.decision.to_dict()}
@@ -69,11 +72,14 @@ class Plan:
 
     def __repr__(self) -> str:
         lines = [f"plan for {self.model.name} ({self.model.architecture}, {self.model.num_layers} layers)"]
+        if self.tensor_parallel > 1:
+            lines[0] += f", one of {self.tensor_parallel} tensor-parallel ranks"
         for indices, layer in self.groups():
             what = layer.mixer if layer.kind == "mixer" else layer.config.kind
             variant = f" [{layer.decision.variant}]" if layer.decision.variant else ""
             chosen = (layer.backend or "no valid backend") + variant
-            lines.append(f"  {layer.kind:<9} {what:<22} -> {chosen:<28} {_span(indices)}")
+            slow = "  <- slow reference path" if layer.decision.slow_path else ""
+            lines.append(f"  {layer.kind:<9} {what:<22} -> {chosen:<28} {_span(indices)}{slow}")
         return "\n".join(lines)
 
 
@@ -94,16 +100,18 @@ def _span(indices: list) -> str:
 
 
 def plan(model: str, backend: Optional[str] = None, platform: Any = None, *, dtype: Any = None,
-         kv_cache_dtype: Any = None, block_size: int = 0) -> Plan:
+         kv_cache_dtype: Any = None, block_size: int = 0, tensor_parallel: int = 1) -> Plan:
     """Loads ``model`` (a built-in name such as "llama-3.1-8b", or a config.json path / folder) and
     selects a backend for every layer on ``platform`` (default: this CPU; or e.g. "cuda:9.0").
 
     ``backend`` forces the attention backend (an error names the layers it cannot serve);
-    dtype / kv_cache_dtype / block_size override what the config says.
+    dtype / kv_cache_dtype / block_size override what the config says. ``tensor_parallel`` plans one
+    rank's share of every layer (heads split as vLLM splits them; heads that do not divide raise).
     """
-    spec = _core.load_model(model, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size)
-    result = Plan(model=spec)
-    for layer in spec.layers:
+    whole = _core.load_model(model, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size)
+    spec = _core.shard_model(whole, tensor_parallel)
+    result = Plan(model=spec, tensor_parallel=tensor_parallel)
+    for layer, whole_layer in zip(spec.layers, whole.layers):
         if layer.kind == "mixer":
             decision = _core.select_mamba(layer.mixer, platform=platform)
             result.layers.append(PlannedLayer(layer.index, "mixer", decision, mixer=layer.mixer))
@@ -115,6 +123,7 @@ def plan(model: str, backend: Optional[str] = None, platform: Any = None, *, dty
                 decision = decide(layer.attention, backend, platform)
             except _core.Error as e:
                 raise _core.Error(f"{spec.name} layer {layer.index}: {e}") from None
+            sharding = _core.shard_heads(whole_layer.attention, tensor_parallel)
             result.layers.append(PlannedLayer(layer.index, "attention", decision, config=layer.attention,
-                                              softmax_scale=layer.softmax_scale))
+                                              softmax_scale=layer.softmax_scale, sharding=sharding))
     return result

@@ -55,6 +55,7 @@ void bind_select(nb::module_& m) {
       .def_ro("block_size_from_user", &Decision::block_size_from_user)
       .def_ro("candidates", &Decision::candidates)
       .def_ro("notes", &Decision::notes)
+      .def_ro("slow_path", &Decision::slow_path, "why the slow correctness oracle serves the layer; empty otherwise")
       .def("to_text", &Decision::to_text)
       .def("to_json", &Decision::to_json)
       .def("to_dict", [](const Decision& d) { return json_loads(d.to_json()); })

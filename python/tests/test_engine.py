@@ -134,11 +134,11 @@ def test_fp8_saturation_warns_and_can_be_an_error():
 
 
 def test_decision_says_when_the_slow_oracle_serves_a_layer():
-    d = attn.select(attn.LayerConfig(num_heads=8, num_kv_heads=8, head_size=100, dtype="bfloat16"))
+    d = attn.select(attn.LayerConfig(num_heads=8, num_kv_heads=8, head_size=300, dtype="bfloat16"))
     assert d.backend == "reference"
-    assert any("reference serves this layer: a slow oracle" in n and "head_size=100" in n for n in d.notes), d.notes
-    assert "note: reference serves this layer" in str(d)
-    assert not attn.select(attn.LayerConfig(num_heads=8, num_kv_heads=8, head_size=128, dtype="bfloat16")).notes
+    assert "no production backend serves this layer" in d.slow_path and "head_size=300" in d.slow_path, d.slow_path
+    assert "slow reference path: reference" in str(d)
+    assert not attn.select(attn.LayerConfig(num_heads=8, num_kv_heads=8, head_size=128, dtype="bfloat16")).slow_path
 
 
 def test_layer_config_help_lists_every_keyword():

@@ -40,6 +40,7 @@ std::string Decision::to_json() const {
     j["candidates"].push_back(cj);
   }
   j["notes"] = notes;
+  j["slow_path"] = slow_path;
   return j.dump();
 }
 
@@ -47,6 +48,7 @@ std::string Decision::to_text() const {
   std::string s = backend.empty() ? "no valid backend" : "backend: " + backend;
   if (!variant.empty()) s += " [" + variant + "]";
   if (!forced_by.empty()) s += " (forced by " + forced_by + ")";
+  if (!slow_path.empty()) s += "\nslow reference path: " + slow_path;
   s += "\nplatform: " + platform + "\nlayer: " + config.to_string();
   s += "\nblock_size: " + std::to_string(block_size) + (block_size_from_user ? " (user)" : " (backend's preferred)");
   s += "\ncandidates:";

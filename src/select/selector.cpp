@@ -135,6 +135,16 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
   d.variant = desc->variant ? desc->variant(p) : "";
   d.block_size_from_user = c.block_size != 0;
   d.block_size = c.block_size ? c.block_size : desc->preferred_block_size;
+  if (desc->oracle) {
+    // Name what kept each faster backend out (its first reason), so the fix is in the message.
+    std::vector<std::string> why;
+    for (auto& cand : d.candidates)
+      if (!cand.valid && cand.priority < chosen->priority && !cand.reasons.empty())
+        why.push_back(cand.backend + ": " + cand.reasons.front().to_string());
+    d.slow_path = d.backend + " is the correctness oracle (plain loops), far slower than a production backend; " +
+                  (forced.empty() ? "no production backend serves this layer (" + join(why, "; ") + ")"
+                                  : "chosen because it was forced (" + forced_by + ")");
+  }
   if (c.block_size != 0 && forced.empty()) {
     std::vector<std::string> precluded;
     for (auto& cand : d.candidates) {
@@ -145,15 +155,6 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
       d.notes.push_back("--block-size " + std::to_string(c.block_size) + " precluded higher-priority backend(s) " +
                         join(precluded) + ". Using " + d.backend +
                         " instead, which may reduce performance. Remove --block-size to let the backend choose.");
-  }
-  // The block-size note above already says why the faster backends lost.
-  if (desc->slow_oracle && forced.empty() && d.notes.empty()) {
-    std::vector<std::string> why;
-    for (auto& cand : d.candidates)
-      if (!cand.valid && cand.priority < chosen->priority && !cand.reasons.empty())
-        why.push_back(cand.backend + ": " + cand.reasons.front().to_string());
-    d.notes.push_back(d.backend + " serves this layer: a slow oracle, because no faster backend supports it (" +
-                      join(why, "; ") + ")");
   }
   return o;
 }

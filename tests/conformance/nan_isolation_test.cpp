@@ -305,5 +305,17 @@ TEST_P(NanIsolation, VisibleNanReachesTheOutput) { run_all(GetParam(), true); }
 INSTANTIATE_TEST_SUITE_P(Backends, NanIsolation, ::testing::ValuesIn(cpu_backends()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
+// cpu_flash's other kernel builds as well (ATTN_CPU_ISA; the loop above runs the best one): the
+// portable build reduces with one lane, where a max that drops a NaN score drops every score
+// before it too.
+TEST(NanIsolationCpuFlashBuilds, EveryKernelBuild) {
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    ScopedEnv env("ATTN_CPU_ISA", std::string(isa));
+    SCOPED_TRACE(std::string("ATTN_CPU_ISA=") + isa);
+    run_all("cpu_flash", false);
+    run_all("cpu_flash", true);
+  }
+}
+
 }  // namespace
 }  // namespace attn::test

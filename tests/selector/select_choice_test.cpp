@@ -169,30 +169,10 @@ TEST(SelectorBlockSize, NoNoteWhenTheBetterBackendFailsForOtherReasonsToo) {
   const std::string other = add_synthetic("bs_other", strict, 1);
   LayerConfig cfg = synthetic_layer(hs);  // float32: excluded regardless of the block size
   cfg.block_size = 8;
-  // No block-size note; the one note says the oracle serves the layer, and why bs_other cannot.
+  // No block-size note; the slow path says the oracle serves the layer, and why bs_other cannot.
   const Decision d = select(cfg);
-  ASSERT_EQ(d.notes.size(), 1u);
-  EXPECT_EQ(d.notes[0].find("--block-size"), std::string::npos);
-  EXPECT_NE(d.notes[0].find("reference serves this layer: a slow oracle"), std::string::npos) << d.notes[0];
-  EXPECT_NE(d.notes[0].find(other + ": dtype=float32"), std::string::npos) << d.notes[0];
-}
-
-TEST(SelectorOracle, NoteNamesWhatKeptTheFasterBackendsOut) {
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  LayerConfig cfg;
-  cfg.num_heads = 8, cfg.num_kv_heads = 2, cfg.head_size = 100, cfg.dtype = DType::bfloat16;
-  const Decision d = select(cfg);
-  ASSERT_EQ(d.backend, "reference");
-  ASSERT_EQ(d.notes.size(), 1u);
-  EXPECT_NE(d.notes[0].find("reference serves this layer: a slow oracle, because no faster backend supports it ("),
-            std::string::npos) << d.notes[0];
-  EXPECT_NE(d.notes[0].find("cpu_flash: head_size=100"), std::string::npos) << d.notes[0];
-  EXPECT_NE(d.to_text().find("note: reference serves this layer"), std::string::npos);
-  // Forced, the oracle is the user's choice: no note.
-  SelectOptions o;
-  o.backend = "reference";
-  cfg.head_size = 128;
-  EXPECT_TRUE(select(cfg, o).notes.empty());
+  EXPECT_TRUE(d.notes.empty());
+  EXPECT_NE(d.slow_path.find(other + ": dtype=float32"), std::string::npos) << d.slow_path;
 }
 
 TEST(SelectorBlockSize, NoNoteWhenABackendIsForced) {
@@ -303,3 +283,26 @@ TEST(SelectorAttentionFree, ForcingAnAttentionBackendOnAMambaLayer) {
 }
 
 }  // namespace
+
+// --- the slow reference path ---
+
+TEST(SelectorSlowPath, DecisionSaysWhenTheOracleServesTheLayer) {
+  ScopedEnv env("ATTN_BACKEND", std::nullopt);
+  LayerConfig cfg;  // a head size no production CPU backend serves
+  cfg.num_heads = 4, cfg.num_kv_heads = 2, cfg.head_size = 300;
+  const Decision d = select(cfg);
+  ASSERT_EQ(d.backend, "reference");
+  EXPECT_NE(d.slow_path.find("no production backend serves this layer ("), std::string::npos) << d.slow_path;
+  EXPECT_NE(d.slow_path.find("cpu_flash: head_size=300"), std::string::npos) << d.slow_path;
+  EXPECT_NE(d.to_text().find("\nslow reference path: reference is the correctness oracle"), std::string::npos) << d.to_text();
+  EXPECT_NE(d.to_json().find("\"slow_path\":\"reference is the correctness oracle"), std::string::npos) << d.to_json();
+
+  SelectOptions forced;
+  forced.backend = "reference";
+  EXPECT_NE(select(LayerConfig{}, forced).slow_path.find("forced (argument)"), std::string::npos);
+
+  const Decision fast = select(LayerConfig{});  // Llama-like: a production backend
+  EXPECT_NE(fast.backend, "reference");
+  EXPECT_TRUE(fast.slow_path.empty()) << fast.slow_path;
+  EXPECT_EQ(fast.to_text().find("slow reference path"), std::string::npos);
+}

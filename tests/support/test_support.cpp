@@ -156,7 +156,10 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
     Buffer k = random_buffer(rng, io, {len, Hkv, D}, spec.value_range);
     Buffer v = random_buffer(rng, io, {len, Hkv, Dv}, spec.value_range);
     if (spec.plant_keys) plant_keys(rng, planting, k, first_new, len, Hkv, D, spec.value_range);
-    // Dense fp64 copies of what the cache will hold.
+    // Dense fp64 copies of what the cache will hold. fp8 values are quantized as KVCache::write
+    // does it, times the float reciprocal of the scale: dividing instead rounds a value at an
+    // fp8 rounding boundary the other way now and then, one fp8 step from what is stored.
+    auto quantized = [&](double val, float scale) { return round_to(double(float(val) * (1.0f / scale)), cs.dtype) * scale; };
     auto& dk = c.dense_k[s];
     auto& dv = c.dense_v[s];
     dk.resize(std::size_t(len) * Hkv * D);
@@ -168,13 +171,13 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
           const std::size_t i = (std::size_t(t) * Hkv + h) * D + x;
           if (t < first_new) { dk[i] = c.dense_k[0][i]; continue; }
           const double val = load_as_float(k.data(), io, int64_t(i));
-          dk[i] = fp8 ? round_to(val / ksc, cs.dtype) * ksc : round_to(val, cs.dtype);
+          dk[i] = fp8 ? quantized(val, ksc) : round_to(val, cs.dtype);
         }
         for (int x = 0; x < Dv; ++x) {
           const std::size_t i = (std::size_t(t) * Hkv + h) * Dv + x;
           if (t < first_new) { dv[i] = c.dense_v[0][i]; continue; }
           const double val = load_as_float(v.data(), io, int64_t(i));
-          dv[i] = fp8 ? round_to(val / vsc, cs.dtype) * vsc : round_to(val, cs.dtype);
+          dv[i] = fp8 ? quantized(val, vsc) : round_to(val, cs.dtype);
         }
       }
     // Write only the positions this sequence owns, through the backend's write_kv.

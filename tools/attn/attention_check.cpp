@@ -68,7 +68,7 @@ int pick_sample_layer(const Plan& plan, const attn::Platform& platform, std::str
     why_none = "no 'reference' backend registered";
     return -1;
   }
-  for (const auto& l : plan.model.layers) {
+  for (const auto& l : plan.rank_model.layers) {  // the shapes that run
     if (l.kind != attn::LayerKind::attention) continue;
     auto reasons = attn::check_capabilities(ref->caps, oracle_config(l.attention), platform);
     if (reasons.empty()) return l.index;

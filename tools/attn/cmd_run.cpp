@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "attention_check.hpp"
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
 #include "attn/registry.hpp"
@@ -142,11 +143,14 @@ void print_phase(const char* name, const PhaseTime& total, const KindTime& atten
 int cmd_run(const RunOptions& o) {
   const RunShape shape = check_run_options(o);
   const attn::MemoryBudget budget = attn::memory_budget("--memory-limit", o.memory_limit);
-  const attn::ModelSpec model = load_model(o.model);
+  const attn::ModelSpec whole_model = load_model(o.model);
   const attn::SelectOptions sel = select_options(o.model);
   const attn::Platform platform = sel.platform ? *sel.platform : attn::detect_cpu();
   attn::require(platform.detected, "platform", platform.to_string(), "this machine (attn run executes here; use attn plan for other targets)");
-  const Plan plan = build_plan(model, sel);
+  const Parallelism parallel = parallelism(o.model.tensor_parallel, 1, whole_model);
+  attn::check_range("--rank", o.rank, 0, parallel.tensor - 1, "a rank of --tensor-parallel " + std::to_string(parallel.tensor));
+  const Plan plan = build_plan(whole_model, sel, parallel);
+  const attn::ModelSpec& model = plan.rank_model;  // the rank's share of every layer is what runs
   if (!plan.all_served()) {
     std::cerr << plan_text(plan);
     std::string groups;
@@ -299,6 +303,7 @@ int cmd_run(const RunOptions& o) {
   }
 
   json j{{"model", model.name}, {"architecture", model.architecture}, {"platform", plan.platform},
+         {"tensor_parallel", parallel.tensor}, {"rank", o.rank},
          {"batch", shape.batch}, {"prompt_len", shape.prompt_len}, {"decode_steps", decode_steps},
          {"threads", shape.threads > 0 ? shape.threads : omp_get_max_threads()}, {"seed", o.seed},
          {"attention_layers", attention_time.layers}, {"mixer_layers", mixer_time.layers},
@@ -321,6 +326,10 @@ int cmd_run(const RunOptions& o) {
   std::cout << plan_text(plan, false) << "\n";
   std::printf("run: batch %d x prompt %d, %d decode steps, %d attention + %d mixer layers, %d threads\n", shape.batch,
               shape.prompt_len, decode_steps, attention_time.layers, mixer_time.layers, j["threads"].get<int>());
+  if (parallel.tensor > 1) {
+    std::printf("  tensor-parallel rank %lld of %d: this rank's share of every layer (the shapes above)\n", (long long)o.rank,
+                parallel.tensor);
+  }
   if (layers.empty()) {
     std::printf("  no layers: nothing to run\n");
     return 0;

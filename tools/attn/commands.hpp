@@ -20,10 +20,12 @@ struct ModelOptions {
   std::string kv_cache_dtype; // "" = auto
   std::optional<int64_t> block_size;  // unset = the chosen backend's preferred size
   std::string backend;        // forced attention backend ("" / "auto" = none)
+  int64_t tensor_parallel = 1;  // ranks that split every layer's heads
 };
 
 struct PlanOptions {
   ModelOptions model;
+  int64_t pipeline_parallel = 1;  // stages holding contiguous layer ranges
   bool json = false;
 };
 
@@ -37,6 +39,7 @@ struct RunOptions {
   int64_t threads = 0;        // 0 = all cores
   uint64_t seed = 1;
   std::string memory_limit;   // "" = ATTN_MEMORY_LIMIT, else a fraction of available memory
+  int64_t rank = 0;           // the tensor-parallel rank whose share runs
   bool json = false;
 };
 

@@ -21,6 +21,8 @@ void add_model_flags(CLI::App* cmd, attn_cli::ModelOptions& m, bool model_requir
   cmd->add_option_function<int64_t>(
       "--block-size", [&m](const int64_t& v) { m.block_size = v; }, "KV block size (default: the chosen backend's preferred size)");
   cmd->add_option("--backend", m.backend, "force this attention backend (\"auto\" = choose)");
+  cmd->add_option("--tensor-parallel", m.tensor_parallel,
+                  "tensor-parallel ranks: each holds heads / N of every layer (KV heads split, or replicated when fewer than N)");
 }
 
 /// An option given with an empty value ('' from a script's unset variable) would otherwise mean
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   attn_cli::PlanOptions plan;
   auto* cmd_plan = app.add_subcommand("plan", "the backend chosen for every layer group of a model, and why not the others");
   add_model_flags(cmd_plan, plan.model, true);
+  cmd_plan->add_option("--pipeline-parallel", plan.pipeline_parallel, "pipeline stages: contiguous layer ranges, as vLLM splits them");
   cmd_plan->add_flag("--json", plan.json, "print JSON");
 
   attn_cli::RunOptions run;
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
                       "refuse to run when caches and activations would exceed this (8G, 512M, ...; default: $" +
                           std::string(attn::limits::kMemoryLimitEnv) + ", else 80% of available memory)");
   cmd_run->add_option("--seed", run.seed, "random seed of the activations");
+  cmd_run->add_option("--rank", run.rank, "with --tensor-parallel: the rank whose share runs (0..N-1)");
   cmd_run->add_flag("--json", run.json, "print JSON");
 
   attn_cli::CheckOptions check;

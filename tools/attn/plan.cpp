@@ -9,6 +9,8 @@
 #include "attn/limits.hpp"
 #include "attn/platform.hpp"
 #include "attn/mamba.hpp"
+#include "attn/registry.hpp"
+#include "run_memory.hpp"
 
 namespace attn_cli {
 namespace {
@@ -33,6 +35,62 @@ void select_mixer(LayerGroup& g, const attn::SelectOptions& options) {
   m.platform = options.platform;
   g.decision = attn::select_mamba(g.sample.mixer, m);
   g.has_decision = true;
+}
+
+/// One rank's cache per layer of the group: KV bytes per token of the chosen backend's cache
+/// spec, or a mixer's float32 state bytes per sequence.
+void size_caches(LayerGroup& g) {
+  if (!g.is_attention()) {
+    const attn::MixerConfig mc = attn::MixerConfig::from_dims(g.sample.mixer, g.sample.mixer_dims);
+    g.state_bytes_per_sequence = mixer_state_bytes(mc, 1);
+    return;
+  }
+  if (g.decision.backend.empty() || g.sample.attention.is_attention_free) return;
+  const auto backend = attn::Registry::instance().find(g.decision.backend);
+  if (!backend) return;
+  const int32_t block = g.decision.block_size;
+  g.kv_bytes_per_token = backend->cache_spec(g.sample.attention, 1, block).bytes() / block;
+  g.slow_reference = backend->oracle;
+}
+
+/// "2 of 32 heads, 1 of 8 KV heads per rank (each KV head replicated on 2 ranks)".
+std::string describe_sharding(const LayerGroup& g) {
+  const attn::HeadSharding& s = g.sharding;
+  const attn::LayerConfig& whole = g.whole.attention;
+  std::ostringstream o;
+  o << s.num_heads << " of " << whole.num_heads << " heads, ";
+  if (whole.use_mla) o << "the latent cache (one entry per token) on every rank";
+  else {
+    o << s.num_kv_heads << " of " << whole.num_kv_heads << " KV heads per rank";
+    if (s.kv_head_replicas > 1) o << " (each KV head replicated on " << s.kv_head_replicas << " ranks)";
+  }
+  return o.str();
+}
+
+/// "rank r: heads a-b, KV heads c-d" for the first two ranks and the last.
+std::string rank_heads(const LayerGroup& g) {
+  const attn::HeadSharding& s = g.sharding;
+  auto span = [](int first, int n) { return n == 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + n - 1); };
+  std::string out;
+  for (int r = 0; r < s.tensor_parallel; ++r) {
+    if (r == 2 && s.tensor_parallel > 3) {
+      out += "; ...", r = s.tensor_parallel - 2;
+      continue;
+    }
+    out += std::string(r ? "; " : "") + "rank " + std::to_string(r) + ": heads " + span(s.first_head(r), s.num_heads);
+    if (!g.whole.attention.use_mla) out += ", KV " + std::string(s.num_kv_heads == 1 ? "head " : "heads ") + span(s.first_kv_head(r), s.num_kv_heads);
+  }
+  return out;
+}
+
+std::string stage_line(const Plan& plan, std::size_t i) {
+  const attn::LayerRange& st = plan.stages[i];
+  const int tp = plan.parallel.tensor, first = int(i) * tp;
+  std::ostringstream o;
+  o << "  stage " << i << ": layers " << st.begin << "-" << st.end - 1 << ", ranks " << first;
+  if (tp > 1) o << "-" << first + tp - 1;
+  o << ": " << attn::format_bytes(uint64_t(plan.kv_bytes_per_token(st.begin, st.end))) << " of KV cache per token per rank\n";
+  return o.str();
 }
 
 json candidates_json(const attn::Decision& d) {
@@ -76,25 +134,47 @@ attn::SelectOptions select_options(const ModelOptions& o) {
   return s;
 }
 
-Plan build_plan(const attn::ModelSpec& model, const attn::SelectOptions& options) {
+int64_t Plan::kv_bytes_per_token(int begin, int end) const {
+  int64_t bytes = 0;
+  for (const auto& g : groups) {
+    for (int i : g.layers) bytes += i >= begin && i < end ? g.kv_bytes_per_token : 0;
+  }
+  return bytes;
+}
+
+Parallelism parallelism(int64_t tensor_parallel, int64_t pipeline_parallel, const attn::ModelSpec& model) {
+  Parallelism p;
+  p.tensor = int(attn::check_range("--tensor-parallel", tensor_parallel, 1, attn::limits::kMaxHeads, "ranks"));
+  p.pipeline = int(attn::check_range("--pipeline-parallel", pipeline_parallel, 1, model.num_layers,
+                                     "stages: at most one per layer of " + model.name));
+  return p;
+}
+
+Plan build_plan(const attn::ModelSpec& model, const attn::SelectOptions& options, Parallelism parallel) {
   Plan plan;
   plan.model = model;
+  plan.parallel = parallel;
+  plan.rank_model = attn::shard_model(model, parallel.tensor);
+  plan.stages = attn::pipeline_stages(model.num_layers, parallel.pipeline);
   plan.platform = options.platform ? options.platform->to_string() : attn::detect_cpu().to_string();
   for (const auto& layer : model.layers) {
     LayerGroup* group = nullptr;
     for (auto& g : plan.groups) {
-      if (same_group(g.sample, layer)) group = &g;
+      if (same_group(g.whole, layer)) group = &g;
     }
     if (!group) {
       plan.groups.push_back(LayerGroup{});
       group = &plan.groups.back();
-      group->sample = layer;
+      group->whole = layer;
+      group->sample = plan.rank_model.layers[std::size_t(layer.index)];
+      if (layer.kind == attn::LayerKind::attention) group->sharding = attn::shard_heads(layer.attention, parallel.tensor);
     }
     group->layers.push_back(layer.index);
   }
   for (auto& g : plan.groups) {
     if (!g.is_attention()) {
       select_mixer(g, options);
+      size_caches(g);
       continue;
     }
     try {
@@ -104,6 +184,7 @@ Plan build_plan(const attn::ModelSpec& model, const attn::SelectOptions& options
     }
     g.has_decision = true;
     if (g.decision.backend.empty()) g.error = "no backend can serve layers " + compact_layers(g.layers);
+    size_caches(g);
   }
   return plan;
 }
@@ -169,15 +250,28 @@ std::string describe_layer(const attn::ModelLayer& l) {
 
 json plan_json(const Plan& plan) {
   json j{{"model", plan.model.name}, {"architecture", plan.model.architecture}, {"num_layers", plan.model.num_layers},
-         {"platform", plan.platform}, {"groups", json::array()}};
+         {"platform", plan.platform}, {"tensor_parallel", plan.parallel.tensor}, {"pipeline_parallel", plan.parallel.pipeline},
+         {"groups", json::array()}, {"stages", json::array()}};
+  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
+    const attn::LayerRange& st = plan.stages[i];
+    j["stages"].push_back({{"stage", i}, {"layers", {st.begin, st.end}},
+                           {"ranks", {int(i) * plan.parallel.tensor, (int(i) + 1) * plan.parallel.tensor}},
+                           {"kv_bytes_per_token_per_rank", plan.kv_bytes_per_token(st.begin, st.end)}});
+  }
   for (const auto& g : plan.groups) {
     json gj{{"layers", g.layers}, {"kind", g.is_attention() ? "attention" : "mixer"}, {"backend", g.backend()}};
     if (g.is_attention()) {
       gj["config"] = json::parse(attn::layer_config_json(g.sample.attention));
       gj["softmax_scale"] = g.sample.softmax_scale;
+      gj["kv_bytes_per_token"] = g.kv_bytes_per_token;
+      gj["slow_reference_path"] = g.slow_reference;
+      const attn::HeadSharding& sh = g.sharding;
+      gj["sharding"] = {{"num_heads", sh.num_heads}, {"num_kv_heads", sh.num_kv_heads}, {"kv_head_replicas", sh.kv_head_replicas},
+                        {"total_num_heads", g.whole.attention.num_heads}, {"total_num_kv_heads", g.whole.attention.num_kv_heads}};
     } else {
       gj["mixer"] = std::string(attn::to_string(g.sample.mixer));
       gj["config"] = g.sample.mixer_dims;
+      gj["state_bytes_per_sequence"] = g.state_bytes_per_sequence;
     }
     gj["candidates"] = g.has_decision ? candidates_json(g.decision) : json::array();
     if (g.has_decision) {
@@ -196,15 +290,34 @@ std::string plan_text(const Plan& plan, bool candidates) {
   std::ostringstream s;
   s << "model " << plan.model.name << " (" << plan.model.architecture << "), " << plan.model.num_layers << " layers\n";
   s << "platform " << plan.platform << "\n";
+  if (plan.parallel.any()) {
+    s << "tensor parallel " << plan.parallel.tensor << " x pipeline parallel " << plan.parallel.pipeline << " = "
+      << plan.parallel.tensor * plan.parallel.pipeline << " ranks; every layer below is one tensor-parallel rank's share, "
+      << "the same shape on every rank\n";
+    for (std::size_t i = 0; i < plan.stages.size(); ++i) s << stage_line(plan, i);
+  }
   for (const auto& g : plan.groups) {
     s << "\nlayers " << compact_layers(g.layers) << " (" << g.layers.size() << " " << (g.is_attention() ? "attention" : "mixer")
       << "): " << (g.backend().empty() ? "NO BACKEND" : g.backend());
     if (g.has_decision && !g.decision.variant.empty()) s << " [" << g.decision.variant << "]";
     if (g.has_decision && g.is_attention() && !g.decision.backend.empty()) s << ", block size " << g.decision.block_size;
     if (g.has_decision && !g.decision.forced_by.empty()) s << " (forced by " << g.decision.forced_by << ")";
+    if (g.slow_reference) s << "  <- slow reference path";
     if (!g.has_decision) s << " (mixer selection not available in this build)";
     s << "\n  " << describe_layer(g.sample) << "\n";
+    const bool sharded = plan.parallel.tensor > 1;
+    if (g.is_attention() && sharded && !g.sample.attention.is_attention_free) {
+      s << "  per rank: " << describe_sharding(g) << "\n  " << rank_heads(g) << "\n";
+    }
+    if (g.kv_bytes_per_token) {
+      s << "  KV cache: " << attn::format_bytes(uint64_t(g.kv_bytes_per_token)) << " per token per layer" << (sharded ? " per rank" : "") << "\n";
+    }
+    if (g.state_bytes_per_sequence) {
+      s << "  state: " << attn::format_bytes(uint64_t(g.state_bytes_per_sequence)) << " per sequence per layer" << (sharded ? " per rank" : "")
+        << "\n";
+    }
     if (!g.has_decision || !candidates) continue;
+    if (!g.decision.slow_path.empty()) s << "  slow reference path: " << g.decision.slow_path << "\n";
     for (const auto& note : g.decision.notes) s << "  note: " << note << "\n";
     for (const auto& c : g.decision.candidates) {
       char head[96];

@@ -51,10 +51,14 @@ void RunMemory::add_attention_group(const attn::BackendDescriptor& backend, cons
   recorded_tables_ = std::max(recorded_tables_, attn::checked_product(kTotal, {steps, num_blocks, int64_t(sizeof(int32_t))}));
 }
 
+int64_t mixer_state_bytes(const attn::MixerConfig& mc, int32_t slots) {
+  const int64_t conv = attn::checked_nbytes("mixer conv state", attn::DType::float32, mc.conv_state_shape(slots));
+  const int64_t ssm = attn::checked_nbytes("mixer ssm state", attn::DType::float32, mc.ssm_state_shape(slots));
+  return attn::checked_sum(kTotal, {conv, ssm});
+}
+
 void RunMemory::add_mixer_group(const attn::MixerConfig& mc, int layers) {
-  const int64_t conv = attn::checked_nbytes("mixer conv state", attn::DType::float32, mc.conv_state_shape(shape_.batch));
-  const int64_t ssm = attn::checked_nbytes("mixer ssm state", attn::DType::float32, mc.ssm_state_shape(shape_.batch));
-  state_ = attn::checked_sum(kTotal, {state_, attn::checked_product(kTotal, {attn::checked_sum(kTotal, {conv, ssm}), layers})});
+  state_ = attn::checked_sum(kTotal, {state_, attn::checked_product(kTotal, {mixer_state_bytes(mc, shape_.batch), layers})});
   state_layers_ += layers;
   mixer_token_ = std::max(mixer_token_, mixer_token_bytes(mc));
 }

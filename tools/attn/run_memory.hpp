@@ -12,6 +12,9 @@
 
 namespace attn_cli {
 
+/// float32 conv + SSM state bytes of one mixer layer's cache of `slots` sequences (checked).
+int64_t mixer_state_bytes(const attn::MixerConfig& config, int32_t slots);
+
 class RunMemory {
  public:
   explicit RunMemory(const RunShape& shape) : shape_(shape) {}

@@ -1,36 +1,19 @@
 #pragma once
-/// The head sizes cpu_flash serves: one constexpr array from which both the capability rule
-/// (descriptor) and the kernels' accepted sizes (forward) come, so they cannot drift.
-#include <array>
-
+/// The head sizes cpu_flash serves: one rule from which both the capability (descriptor) and
+/// the kernels' accepted sizes (forward) come, so they cannot drift.
 #include "attn/capabilities.hpp"
 
 namespace attn::cpu_flash {
 
-/// 32..256 in steps of 8: every size is a whole number of AVX2 vectors (8 floats); AVX-512
-/// handles the 8-wide remainder with one masked load.
-inline constexpr std::array<int, 29> kHeadSizes = [] {
-  std::array<int, 29> a{};
-  for (int i = 0; i < 29; ++i) a[i] = 32 + 8 * i;
-  return a;
-}();
-inline constexpr int kMaxHeadSize = kHeadSizes.back();
+/// Every size 1..256. The general kernel runs whole vectors and then one tail of the remaining
+/// elements (an AVX-512 masked load, an AVX2 load through a zero-padded copy, scalar code);
+/// the decode kernel takes multiples of 32 (decode.hpp) and the prefill tiles' bf16 form even
+/// sizes (prefill_plan.cpp); every other size runs on the general kernel.
+inline constexpr int kMinHeadSize = 1;
+inline constexpr int kMaxHeadSize = 256;
 
-constexpr bool supports_head_size(int d) {
-  for (int h : kHeadSizes)
-    if (h == d) return true;
-  return false;
-}
+constexpr bool supports_head_size(int d) { return d >= kMinHeadSize && d <= kMaxHeadSize; }
 
-/// The capability rule, derived from the array (an arithmetic progression, checked at compile time).
-inline SizeRule head_size_rule() {
-  constexpr int step = kHeadSizes[1] - kHeadSizes[0];
-  static_assert([] {
-    for (std::size_t i = 1; i < kHeadSizes.size(); ++i)
-      if (kHeadSizes[i] - kHeadSizes[i - 1] != kHeadSizes[1] - kHeadSizes[0]) return false;
-    return true;
-  }());
-  return SizeRule::range(kHeadSizes.front(), kHeadSizes.back(), step);
-}
+inline SizeRule head_size_rule() { return SizeRule::range(kMinHeadSize, kMaxHeadSize, 1); }
 
 }  // namespace attn::cpu_flash

@@ -241,11 +241,18 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       // Online softmax: raise the running max, rescale what came before by alpha.
       typename S::F mx = S::set1(kNegInf);
       for (int x = 0; x < kChunk; x += S::W) mx = S::max(mx, S::loadu(sr + x));
-      const float m_new = std::max(m[r], S::hmax(mx));
-      if (m_new == kNegInf) {  // nothing visible yet in this row
-        alpha[r] = 1.0f;
-        for (int x = 0; x < kChunk; x += S::W) S::storeu(sr + x, S::zero());
-        continue;
+      float m_new = std::max(m[r], S::hmax(mx));
+      if (m_new == kNegInf) {
+        // Every score so far is -inf, or NaN: a max may drop a NaN (and with one lane it drops
+        // whatever came before it), and a visible NaN must reach the output as in the oracle.
+        bool nan = false;
+        for (int j = 0; j < n; ++j) nan = nan || std::isnan(sr[j]);
+        if (!nan) {  // nothing visible yet in this row
+          alpha[r] = 1.0f;
+          for (int x = 0; x < kChunk; x += S::W) S::storeu(sr + x, S::zero());
+          continue;
+        }
+        m_new = std::numeric_limits<float>::quiet_NaN();  // p, l and the output all become NaN
       }
       alpha[r] = std::exp(m[r] - m_new);
       typename S::F sum = S::zero();

@@ -44,7 +44,7 @@ Route route_from_env();
 /// keys at or past the sequence's length are zeros, never cache contents.
 struct PackLayout {
   bool bf16 = false;         // tiles hold bf16 (vdpbf16ps layout) or fp32
-  int head_size = 0;         // d (K); even, so bf16 K pairs never straddle the row
+  int head_size = 0;         // d (K); even when bf16, so K pairs never straddle the row
   int dv_pad = 0;            // V dims rounded up to 16 (one vector), padding zeros
   int64_t k_tile_bytes = 0, v_tile_bytes = 0;
   struct Group {

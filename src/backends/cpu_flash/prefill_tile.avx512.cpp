@@ -274,13 +274,19 @@ void pv_guarded(const Ctx& cx, int r0, const char* vtile, int32_t key0, int k0, 
     if (cx.alpha[r] != 1.0f)
       for (int x = 0; x < cx.dvp; ++x) o[x] *= cx.alpha[r];
     const int kb = std::max(k0, cx.lo[r] - key0), ke = std::min(k1, cx.hi[r] - key0 + 1);
-    for (int k = kb; k < ke; ++k) {
-      if constexpr (Bf16) {
-        const uint16_t* vt = reinterpret_cast<const uint16_t*>(vtile);
-        const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
-        for (int x = 0; x < cx.dvp; ++x) o[x] += p * bf16_to_f32(vt[2 * (int64_t(k / 2) * cx.dvp + x) + (k & 1)]);
-      } else {
-        const float* vt = reinterpret_cast<const float*>(vtile);
+    if constexpr (Bf16) {
+      // Key pairs in the order vdpbf16ps adds them, the odd key first, so a row sums exactly
+      // as on the unguarded path (a bf16 product is exact in fp32: only the order of adds rounds).
+      const uint16_t* vt = reinterpret_cast<const uint16_t*>(vtile);
+      for (int kp = k0 / 2; kp < k1 / 2; ++kp)
+        for (int k : {2 * kp + 1, 2 * kp}) {
+          if (k < kb || k >= ke) continue;
+          const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
+          for (int x = 0; x < cx.dvp; ++x) o[x] += p * bf16_to_f32(vt[2 * (int64_t(kp) * cx.dvp + x) + (k & 1)]);
+        }
+    } else {
+      const float* vt = reinterpret_cast<const float*>(vtile);
+      for (int k = kb; k < ke; ++k) {
         const float p = cx.pf[r * kTileKeys + k];
         for (int x = 0; x < cx.dvp; ++x) o[x] += p * vt[int64_t(k) * cx.dvp + x];
       }

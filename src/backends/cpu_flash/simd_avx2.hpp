@@ -1,6 +1,6 @@
 #pragma once
 /// AVX2+FMA vector traits for kernel_impl.hpp: 8 fp32 lanes, 8 accumulators per micro-tile
-/// (16 ymm registers in all). Every supported head size is a whole number of vectors.
+/// (16 ymm registers in all). A head size that is not a multiple of 8 ends in a tail vector.
 #include <immintrin.h>
 
 #include <cmath>
@@ -36,23 +36,50 @@ struct Simd {
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
   }
 
+  /// W stored elements (the low 16 bytes of `raw` for 16-bit types, the low 8 for fp8) as fp32
+  /// (e4m3 without its 2^8, see kE4m3Rebias).
   template <KvType T>
-  static F load_kv(const void* p) {
-    const __m128i* q = static_cast<const __m128i*>(p);
-    if constexpr (T == KvType::f32) return _mm256_loadu_ps(static_cast<const float*>(p));
-    if constexpr (T == KvType::f16) return _mm256_cvtph_ps(_mm_loadu_si128(q));
-    if constexpr (T == KvType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16));
+  static F widen(__m128i raw) {
+    if constexpr (T == KvType::f16) return _mm256_cvtph_ps(raw);
+    if constexpr (T == KvType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
     if constexpr (T == KvType::e4m3) {  // fp16 bit placement, × 2^-8 (see kE4m3Rebias)
-      const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(q));
+      const __m128i x = _mm_cvtepu8_epi16(raw);
       const __m128i s = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
       const __m128i m7 = _mm_and_si128(x, _mm_set1_epi16(0x7f));
       const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(m7, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7e00));  // NaN code
       return _mm256_cvtph_ps(_mm_or_si128(_mm_or_si128(s, _mm_slli_epi16(m7, 7)), nan));
     }
-    if constexpr (T == KvType::e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(q)), 8));
+    if constexpr (T == KvType::e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(raw), 8));
   }
+
   template <KvType T>
-  static F load_kv_tail(const void*, int) { return zero(); }  // never called: sizes are multiples of 8
+  static F load_kv(const void* p) {
+    const __m128i* q = static_cast<const __m128i*>(p);
+    if constexpr (T == KvType::f32) return _mm256_loadu_ps(static_cast<const float*>(p));
+    else if constexpr (kv_bytes<T>() == 2) return widen<T>(_mm_loadu_si128(q));
+    else return widen<T>(_mm_loadl_epi64(q));
+  }
+  /// The first `n` < W elements; the rest are 0 and nothing past the row is read: the whole
+  /// 32-bit words by a masked load (vpmaskmovd never touches masked-out memory), the bytes of a
+  /// last partial word one by one.
+  template <KvType T>
+  static F load_kv_tail(const void* p, int n) {
+    const __m128i lane = _mm_setr_epi32(0, 1, 2, 3);
+    if constexpr (T == KvType::f32) {
+      const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      return _mm256_maskload_ps(static_cast<const float*>(p), m);
+    } else {
+      const int bytes = n * kv_bytes<T>(), words = bytes / 4;
+      __m128i raw = _mm_maskload_epi32(static_cast<const int*>(p), _mm_cmpgt_epi32(_mm_set1_epi32(words), lane));
+      if (bytes % 4) {
+        const unsigned char* b = static_cast<const unsigned char*>(p) + 4 * words;
+        uint32_t last = 0;
+        for (int i = 0; i < bytes % 4; ++i) last |= uint32_t(b[i]) << (8 * i);
+        raw = _mm_or_si128(raw, _mm_and_si128(_mm_set1_epi32(int(last)), _mm_cmpeq_epi32(_mm_set1_epi32(words), lane)));
+      }
+      return widen<T>(raw);
+    }
+  }
 
   /// exp(x), 0 for x = -inf, NaN for NaN (a NaN score must not become a finite weight). Cephes
   /// polynomial; 2^n built in the exponent field (x clamped so n stays a normal exponent).

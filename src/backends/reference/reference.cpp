@@ -115,7 +115,7 @@ BackendDescriptor reference_descriptor() {
   c.per_head_quant_scales = true;
   c.attn_types = all_attn_types();
   d.priority = 1000;
-  d.slow_oracle = true;
+  d.oracle = true;
   d.preferred_block_size = 16;
   d.kv_layout = KVLayout::NHD;
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<ReferenceImpl>(p); };

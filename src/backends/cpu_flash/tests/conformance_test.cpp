@@ -31,16 +31,41 @@ void expect_all_variants(const CaseSpec& spec) {
   }
 }
 
+/// Every multiple of 8 up to kMaxHeadSize, and sizes that end in a partial vector on every ISA
+/// (the tail path): below one AVX2 vector, between vectors, one short of and one past a whole one.
+std::vector<int> head_sizes_to_check() {
+  if (quick()) return {8, 24, 100, 128, 256};
+  std::vector<int> sizes;
+  for (int d = 8; d <= kMaxHeadSize; d += 8) sizes.push_back(d);
+  sizes.insert(sizes.end(), {1, 3, 7, 12, 33, 47, 63, 65, 100, 127, 129, 250, 255});
+  return sizes;
+}
+
 TEST(CpuFlashConformance, EveryHeadSize) {
-  std::vector<int> sizes(kHeadSizes.begin(), kHeadSizes.end());
-  if (quick()) sizes = {32, 40, 128, 256};
-  for (int d : sizes) {
+  for (int d : head_sizes_to_check()) {
+    SCOPED_TRACE("head_size " + std::to_string(d));
     CaseSpec spec;
     spec.config = layer(4, 2, d);
     spec.seqs = {{9, 1}, {0, 5}, {20, 3}};
     spec.seed = attn::test::fresh_seed();
     expect_all_variants(spec);
   }
+}
+
+TEST(CpuFlashConformance, TailHeadSizesEveryDtype) {
+  // Partial vectors in the 16-bit and fp8 loads (bf16 dot products included), on decode rows
+  // and prefill tiles alike.
+  for (int d : {24, 40, 100, 136, 200})
+    for (DType io : {DType::float16, DType::bfloat16})
+      for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
+        CaseSpec spec;
+        spec.config = layer(8, 2, d, io);
+        spec.config.kv_cache_dtype = kv;
+        spec.seqs = {{30, 1}, {0, 40}, {70, 3}};
+        spec.seed = attn::test::fresh_seed();
+        SCOPED_TRACE("head_size " + std::to_string(d) + " " + std::string(to_string(io)) + " / " + std::string(to_string(kv)));
+        expect_all_variants(spec);
+      }
 }
 
 TEST(CpuFlashConformance, GqaRatios) {

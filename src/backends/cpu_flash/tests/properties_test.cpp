@@ -160,9 +160,13 @@ TEST(CpuFlashCapabilities, DeclaredExactly) {
     return fields;
   };
   using V = std::vector<std::string>;
-  EXPECT_EQ(reasons_for([](LayerConfig& c) { c.head_size = 20; }), V{"head_size"});
+  EXPECT_EQ(reasons_for([](LayerConfig& c) { c.head_size = 257; }), V{"head_size"});
   EXPECT_EQ(reasons_for([](LayerConfig& c) { c.head_size = 264; }), V{"head_size"});
-  EXPECT_EQ(reasons_for([](LayerConfig& c) { c.head_size = 100; }), V{"head_size"});
+  for (int d : {1, 8, 16, 20, 24, 100, 136, 255, 256}) {  // every size up to 256: tails included
+    LayerConfig c = ok;
+    c.head_size = d;
+    EXPECT_TRUE(check_capabilities(desc->caps, c, cpu).empty()) << "head_size " << d;
+  }
   EXPECT_EQ(reasons_for([](LayerConfig& c) { c.head_size_v = 64; }), V{"head_size_v"});
   EXPECT_EQ(reasons_for([](LayerConfig& c) { c.kv_cache_dtype = KVCacheDType::nvfp4; }), V{"kv_cache_dtype"});
   EXPECT_TRUE(reasons_for([](LayerConfig& c) { c.head_size = 72; }).empty());
@@ -175,12 +179,12 @@ TEST(CpuFlashCapabilities, DeclaredExactly) {
 
 TEST(CpuFlashErrors, BadArgumentsThrowNamingTheArgument) {
   LayerParams p;
-  p.config.num_heads = 4, p.config.num_kv_heads = 1, p.config.head_size = 100;
+  p.config.num_heads = 4, p.config.num_kv_heads = 1, p.config.head_size = 264;
   try {
     Registry::instance().create("cpu_flash", p);
-    FAIL() << "head_size 100 must be rejected";
+    FAIL() << "head_size 264 must be rejected";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("head_size=100"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_size=264"), std::string::npos) << e.what();
   }
   CaseSpec spec;
   spec.config.num_heads = 4, spec.config.num_kv_heads = 1, spec.config.head_size = 64;
