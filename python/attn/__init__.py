@@ -7,6 +7,8 @@
     cache = layer.make_cache(num_blocks=64)
     md = attn.BatchMetadata(context_lens=[100], query_lens=[1], block_ids=[[0, 1]], cache=cache)
     out = layer.forward(q, cache, md)           # q: [tokens, heads, head_size], no copies
+    plan = layer.plan(md, cache)                # or: plan once per step ...
+    out = layer.run(plan, q, cache)             # ... and run every layer under it
 
 Everything is the C++ core (``attn._core``); this package adds ``plan`` and the benchmark plot.
 """
@@ -31,6 +33,8 @@ from ._core import (  # noqa: E402
     ModelSpec,
     Platform,
     Reason,
+    StepPlan,
+    Workspace,
     backends,
     builtin_models,
     clear_selector_cache,
@@ -48,7 +52,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "KVCache", "LayerConfig",
-    "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "backends", "builtin_models",
+    "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "StepPlan", "Workspace", "backends", "builtin_models",
     "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends", "plan", "platform",
     "select", "select_mamba",
 ]
