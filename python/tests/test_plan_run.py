@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import filled_step
+from helpers import filled_step, valid_cpu_backends
 
 CFG = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
 CONTEXT, QUERY = [40, 0, 130, 7], [1, 19, 1, 5]
 
 
-def shared_table_batches(n):
+def shared_table_batches(n, backend=None):
     """n layers of one config with their own caches, activations and softmax scales."""
     rng = np.random.default_rng(3)
     out = []
     for i in range(n):
-        b = filled_step(attn.Attention(CFG, scale=0.1 + 0.05 * i), rng, CONTEXT, QUERY)
+        b = filled_step(attn.Attention(CFG, backend, scale=0.1 + 0.05 * i), rng, CONTEXT, QUERY)
         b.q = rng.standard_normal((b.md.num_tokens, 8, 64)).astype(ml_dtypes.bfloat16)
         out.append(b)
     return out
@@ -35,8 +35,9 @@ def test_plan_is_printable_and_sized():
     assert plan.preferred_mla_form == "absorbed"
 
 
-def test_one_plan_serves_every_layer_like_forward():
-    batches = shared_table_batches(3)
+@pytest.mark.parametrize("backend", valid_cpu_backends(CFG))
+def test_one_plan_serves_every_layer_like_forward(backend):
+    batches = shared_table_batches(3, backend)
     want = [b.layer.forward(b.q, b.cache, b.md) for b in batches]
     assert not np.array_equal(want[0], want[1])
     plan = batches[0].layer.plan(batches[0].md, batches[0].cache)
