@@ -1,5 +1,5 @@
-// attn.KVCache, attn.BatchMetadata and attn.Attention (one layer served by one backend):
-// write_kv / forward take NumPy arrays or DLPack tensors without copying and release the GIL.
+// attn.KVCache, attn.BatchMetadata and attn.Attention (one layer served by one backend): its
+// construction (selection, MLA up-projections), caches and write_kv; plan / run / forward are in step.cpp.
 #include <algorithm>
 #include <memory>
 #include <string>
