@@ -10,6 +10,8 @@
     layer.write_kv(kv, kv, cache, md)            # the step's new key and value
     q = np.ones((1, 32, 128), ml_dtypes.bfloat16)
     out = layer.forward(q, cache, md)            # q: [tokens, heads, head_size], no copies
+    plan = layer.plan(md, cache)                 # or: plan once per step ...
+    out = layer.run(plan, q, cache)              # ... and run every layer under it
     dense = attn.attention(q[None], q[None], q[None], layout="bshd")  # SDPA-style (q, k, v)
 
 Everything is the C++ core (``attn._core``); this package adds ``plan``, the dense
@@ -37,6 +39,8 @@ from ._core import (  # noqa: E402
     ModelSpec,
     Platform,
     Reason,
+    StepPlan,
+    Workspace,
     backends,
     builtin_models,
     clear_selector_cache,
@@ -59,8 +63,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "HeadSharding", "KVCache",
-    "LayerConfig",
-    "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "backends", "builtin_models",
-    "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends", "pipeline_stages", "plan",
-    "platform", "select", "select_mamba", "shard_heads", "shard_layer_config", "shard_model",
+    "LayerConfig", "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "StepPlan", "Workspace",
+    "backends", "builtin_models", "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends",
+    "pipeline_stages", "plan", "platform", "select", "select_mamba", "shard_heads", "shard_layer_config", "shard_model",
 ]

@@ -8,6 +8,8 @@ rand = lambda *shape: rng.standard_normal(shape).astype(ml_dtypes.bfloat16)  # N
 prompt = attn.BatchMetadata(context_lens=[0], query_lens=[100], block_ids=[blocks], cache=cache)
 layer.write_kv(rand(100, 8, 128), rand(100, 8, 128), cache, prompt)   # the prompt's keys and values
 step = attn.BatchMetadata(context_lens=[100], query_lens=[1], block_ids=[blocks], cache=cache)
-layer.write_kv(rand(1, 8, 128), rand(1, 8, 128), cache, step)         # one decode step: its new k, v ...
-out = layer.forward(rand(1, 32, 128), cache, step)                    # ... and attention for its query
+plan = layer.plan(step, cache)                  # once per step: validates the metadata, plans the work
+ws = attn.Workspace(plan.workspace_bytes)       # scratch for run(), reused by every layer and step
+out = layer.run(plan, rand(1, 32, 128), cache, k=rand(1, 8, 128), v=rand(1, 8, 128), workspace=ws)
+print(plan)                                     # ^ per layer: write this step's k, v, then attend
 print(layer.backend, layer.variant, out.shape, out.dtype, out[0, 0, :4])

@@ -1,25 +1,13 @@
-// attn.KVCache, attn.BatchMetadata and attn.Attention (one layer served by one backend):
-// write_kv / forward take NumPy arrays or DLPack tensors without copying and release the GIL.
+// attn.KVCache, attn.BatchMetadata and attn.Attention (one layer served by one backend): its
+// construction (selection, MLA up-projections), caches and write_kv; plan / run / forward are in step.cpp.
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <string>
 
-#include "bind.hpp"
+#include "layer.hpp"
 
 namespace attn::py {
 namespace {
-
-/// One attention layer: the selector's decision and the backend implementation built for it.
-struct Attention {
-  LayerParams params;
-  Decision decision;
-  std::shared_ptr<const BackendDescriptor> descriptor;
-  std::unique_ptr<AttentionImpl> impl;
-  // A backend may keep scratch state in its implementation, so calls on one layer object are
-  // serialized; distinct layers run in parallel (the GIL is released while a kernel runs).
-  std::mutex mu;
-};
 
 /// The cache this layer's backend reads: its layout and dtype, block_size 0 = the layer's.
 KVCacheSpec layer_cache_spec(const Attention& a, int32_t num_blocks, int32_t block_size) {
@@ -38,6 +26,27 @@ std::vector<float> floats_from_py(nb::handle h, const char* arg) {
   return out;
 }
 
+/// An MLA up-projection (W_UK or W_UV) given as an array [num_heads, kv_lora_rank, width], any
+/// float dtype NumPy can convert, as the row-major float32 LayerParams holds.
+std::vector<float> up_projection_from_py(nb::handle h, const char* arg, const LayerConfig& c, int width) {
+  if (h.is_none()) return {};
+  nb::object np = nb::module_::import_("numpy");
+  nb::object arr = np.attr("ascontiguousarray")(np.attr("asarray")(h), np.attr("float32"));
+  nb::ndarray<nb::ro> a;
+  if (!nb::try_cast(arr, a, /*convert=*/false))
+    throw nb::type_error((std::string(arg) + "=<" + describe_dtype(h) + "> invalid: expected a float array").c_str());
+  std::vector<int64_t> got;
+  for (std::size_t d = 0; d < a.ndim(); ++d) got.push_back(int64_t(a.shape(d)));
+  const std::vector<int64_t> want{c.num_heads, c.kv_lora_rank, width};
+  // A config without the width cannot use the weights: the core says so (LayerParams checks).
+  if (width > 0)
+    require(got == want, std::string(arg) + ".shape", text_of(arr.attr("shape")),
+            "(num_heads, kv_lora_rank, " + std::string(arg[2] == 'k' ? "qk_nope_head_dim" : "v_head_dim") + ") = (" +
+                std::to_string(want[0]) + ", " + std::to_string(want[1]) + ", " + std::to_string(want[2]) + ")");
+  const auto* f = static_cast<const float*>(a.data());  // C-contiguous float32, alive while copied
+  return std::vector<float>(f, f + a.size());
+}
+
 nb::tuple to_tuple(const std::vector<int64_t>& v) {
   nb::list l;
   for (int64_t x : v) l.append(x);
@@ -53,35 +62,6 @@ nb::object numpy_copy(const std::vector<T>& v, std::vector<std::size_t> shape) {
   nb::object o = nb::cast(arr);
   o.attr("flags").attr("writeable") = false;
   return o;
-}
-
-/// numpy.empty for the output: like `q` (same array type and dtype) when q can make one.
-nb::object new_output_like(nb::handle q, const std::vector<int64_t>& shape, DType dtype) {
-  nb::tuple dims = to_tuple(shape);
-  if (nb::hasattr(q, "new_empty")) return q.attr("new_empty")(dims);  // torch: same dtype and device
-  nb::object np = nb::module_::import_("numpy");
-  if (nb::hasattr(q, "dtype") && nb::cast<std::string>(q.type().attr("__module__")) == "numpy")
-    return np.attr("empty")(dims, q.attr("dtype"));
-  nb::object dt = dtype == DType::bfloat16 ? nb::module_::import_("ml_dtypes").attr("bfloat16")
-                                           : nb::object(nb::str(std::string(to_string(dtype)).c_str()));
-  return np.attr("empty")(dims, dt);
-}
-
-void require_dtype(const ArrayArg& a, const char* arg, DType want) {
-  if (a.view.dtype != want)
-    throw nb::type_error((std::string(arg) + ".dtype=" + std::string(to_string(a.view.dtype)) +
-                          " invalid: expected the layer dtype " + std::string(to_string(want))).c_str());
-}
-
-/// Arrays must live where the backend's kernels run: a CPU kernel handed a GPU pointer would crash.
-void require_device(const Attention& a, const ArrayArg& x, const char* arg) {
-  const auto& platforms = a.descriptor->caps.platforms;
-  const bool runs_on_cuda = std::find(platforms.begin(), platforms.end(), PlatformKind::cpu) == platforms.end();
-  const DeviceKind want = runs_on_cuda ? DeviceKind::cuda : DeviceKind::cpu;
-  if (x.view.device != want)
-    throw nb::value_error((std::string(arg) + ".device=" + (x.view.device == DeviceKind::cuda ? "cuda" : "cpu") +
-                           " invalid: expected " + (want == DeviceKind::cuda ? "cuda" : "cpu") + " (backend " +
-                           a.decision.backend + " runs there)").c_str());
 }
 
 KVCacheSpec cache_spec_from_py(int32_t num_blocks, int32_t block_size, int32_t num_kv_heads, int32_t head_size,
@@ -122,6 +102,33 @@ nb::object cache_array(nb::handle self) {
 }
 
 }  // namespace
+
+nb::object new_output_like(nb::handle q, const std::vector<int64_t>& shape, DType dtype) {
+  nb::tuple dims = to_tuple(shape);
+  if (nb::hasattr(q, "new_empty")) return q.attr("new_empty")(dims);  // torch: same dtype and device
+  nb::object np = nb::module_::import_("numpy");
+  if (nb::hasattr(q, "dtype") && nb::cast<std::string>(q.type().attr("__module__")) == "numpy")
+    return np.attr("empty")(dims, q.attr("dtype"));
+  nb::object dt = dtype == DType::bfloat16 ? nb::module_::import_("ml_dtypes").attr("bfloat16")
+                                           : nb::object(nb::str(std::string(to_string(dtype)).c_str()));
+  return np.attr("empty")(dims, dt);
+}
+
+void require_dtype(const ArrayArg& a, const char* arg, DType want) {
+  if (a.view.dtype != want)
+    throw nb::type_error((std::string(arg) + ".dtype=" + std::string(to_string(a.view.dtype)) +
+                          " invalid: expected the layer dtype " + std::string(to_string(want))).c_str());
+}
+
+void require_device(const Attention& a, const ArrayArg& x, const char* arg) {
+  const auto& platforms = a.descriptor->caps.platforms;
+  const bool runs_on_cuda = std::find(platforms.begin(), platforms.end(), PlatformKind::cpu) == platforms.end();
+  const DeviceKind want = runs_on_cuda ? DeviceKind::cuda : DeviceKind::cpu;
+  if (x.view.device != want)
+    throw nb::value_error((std::string(arg) + ".device=" + (x.view.device == DeviceKind::cuda ? "cuda" : "cpu") +
+                           " invalid: expected " + (want == DeviceKind::cuda ? "cuda" : "cpu") + " (backend " +
+                           a.decision.backend + " runs there)").c_str());
+}
 
 void bind_layer(nb::module_& m) {
   // Tests prove zero-copy with this: the address the kernels would read equals the caller's.
@@ -232,12 +239,13 @@ void bind_layer(nb::module_& m) {
       .def_prop_ro("slot_mapping", [](const BatchMetadata& md) { return numpy_copy(md.slot_mapping, {md.slot_mapping.size()}); })
       .def("__repr__", &BatchMetadata::to_string);
 
-  nb::class_<Attention>(m, "Attention",
+  auto attention = nb::class_<Attention>(m, "Attention",
                         "One attention layer: the selector's decision for `config` and the chosen backend's\n"
-                        "implementation. write_kv / forward take arrays without copying and release the GIL.")
+                        "implementation. plan once per step, run once per layer (forward = both); arrays go to the\n"
+                        "kernels without copies and the GIL is released while they run.")
       .def("__init__",
            [](Attention* self, const LayerConfig& config, nb::handle backend, nb::handle scale, nb::handle sinks,
-              nb::handle alibi_slopes, int num_threads) {
+              nb::handle alibi_slopes, int num_threads, nb::handle w_uk, nb::handle w_uv) {
              SelectOptions o;
              if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
              LayerParams p;
@@ -246,14 +254,20 @@ void bind_layer(nb::module_& m) {
              p.sinks = floats_from_py(sinks, "sinks");
              p.alibi_slopes = floats_from_py(alibi_slopes, "alibi_slopes");
              p.num_threads = num_threads;
+             p.mla_w_uk = up_projection_from_py(w_uk, "w_uk", config, config.qk_nope_head_dim);
+             p.mla_w_uv = up_projection_from_py(w_uv, "w_uv", config, config.v_head_dim);
+             if (w_uk.is_none() != w_uv.is_none())
+               throw Error(std::string("w_uv=") + (w_uv.is_none() ? "None" : "<array>") +
+                           " invalid: expected w_uk and w_uv together (the expanded MLA form needs both)");
              p.validate();
              Decision d = select(config, o);
              auto desc = Registry::instance().find(d.backend);
              auto impl = Registry::instance().create(d.backend, p);
-             new (self) Attention{std::move(p), std::move(d), std::move(desc), std::move(impl), {}};
+             new (self) Attention{std::move(p), std::move(d), std::move(desc), std::move(impl)};
            },
            nb::arg("config"), nb::arg("backend") = nb::none(), nb::kw_only(), nb::arg("scale") = nb::none(),
-           nb::arg("sinks") = nb::none(), nb::arg("alibi_slopes") = nb::none(), nb::arg("num_threads") = 0)
+           nb::arg("sinks") = nb::none(), nb::arg("alibi_slopes") = nb::none(), nb::arg("num_threads") = 0,
+           nb::arg("w_uk") = nb::none(), nb::arg("w_uv") = nb::none())
       .def_prop_ro("config", [](const Attention& a) { return a.params.config; })
       .def_prop_ro("decision", [](const Attention& a) { return a.decision; })
       .def_prop_ro("backend", [](const Attention& a) { return a.decision.backend; })
@@ -284,7 +298,7 @@ void bind_layer(nb::module_& m) {
                    "The cache layout this layer reads: NHD, HND or MLA.")
       .def(
           "write_kv",
-          [](Attention& a, nb::handle k, nb::handle v, KVCache& cache, const BatchMetadata& md) {
+          [](const Attention& a, nb::handle k, nb::handle v, KVCache& cache, const BatchMetadata& md) {
             ArrayArg ka = array_arg(k, "k", false);
             // MLA caches hold one latent entry per token: v is unused there and may be None.
             ArrayArg va = v.is_none() ? ArrayArg{} : array_arg(v, "v", false);
@@ -295,7 +309,6 @@ void bind_layer(nb::module_& m) {
             const int64_t saturated_before = cache.saturated_values();
             {
               nb::gil_scoped_release release;
-              std::lock_guard<std::mutex> lock(a.mu);
               a.impl->write_kv(ka.view, va.view, cache, md);
             }
             warn_if_saturated(cache, saturated_before);
@@ -303,43 +316,12 @@ void bind_layer(nb::module_& m) {
           nb::arg("k"), nb::arg("v").none(), nb::arg("cache"), nb::arg("metadata"),
           "k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v]: the step's new\n"
           "keys and values, stored into the slots of metadata.slot_mapping (quantized for fp8 caches).")
-      .def(
-          "forward",
-          [](Attention& a, nb::handle q, const KVCache& cache, const BatchMetadata& md, nb::handle out) {
-            ArrayArg qa = array_arg(q, "q", false);
-            const bool flat = qa.view.ndim == 2;  // [tokens, heads * head_size] in, the same form out
-            unflatten_heads(qa, a.params.config.num_heads, "q");
-            require_dtype(qa, "q", a.params.config.dtype);
-            require_device(a, qa, "q");
-            check_causal(a.params.config, md);
-            nb::object result = nb::borrow(out);
-            if (out.is_none()) {
-              const bool mla = cache.spec().layout == KVLayout::MLA;
-              const int hv = mla ? cache.spec().v_width() : a.params.config.effective_head_size_v();
-              const int64_t heads = a.params.config.num_heads;
-              result = new_output_like(q, flat ? std::vector<int64_t>{md.num_tokens, heads * hv}
-                                               : std::vector<int64_t>{md.num_tokens, heads, hv}, a.params.config.dtype);
-            }
-            ArrayArg oa = array_arg(result, "out", true);
-            unflatten_heads(oa, a.params.config.num_heads, "out");
-            require_dtype(oa, "out", a.params.config.dtype);
-            require_device(a, oa, "out");
-            {
-              nb::gil_scoped_release release;
-              std::lock_guard<std::mutex> lock(a.mu);
-              a.impl->forward(qa.view, cache, md, oa.view);
-            }
-            return result;
-          },
-          nb::arg("q"), nb::arg("cache"), nb::arg("metadata"), nb::arg("out") = nb::none(),
-          "q: [num_tokens, num_heads, head_size] (or [num_tokens, num_heads * head_size]) → out of the same\n"
-          "form, [num_tokens, num_heads, head_size_v] (or flat), written in place\n"
-          "into `out` when given (and returned), else into a new array like q.")
       .def("__repr__", [](const Attention& a) {
         const std::string v = a.impl->variant();
         return "Attention(backend='" + a.decision.backend + "'" + (v.empty() ? "" : ", variant='" + v + "'") + ", " +
                a.params.config.to_string() + ")";
       });
+  bind_step(m, attention);
 }
 
 }  // namespace attn::py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -141,6 +142,26 @@ def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, qu
     batch.k_ref = [stored(rounded(k, cfg.dtype), storage, scales) for k in k_all]
     batch.v_ref = [stored(rounded(v, cfg.dtype), storage, scales) for v in v_all]
     return batch
+
+
+def filled_step(layer, rng, context, query):
+    """A cache of the layer holding context + query tokens per sequence (random K/V written through
+    write_kv), and the step's metadata. The block ids depend only on the lengths and block size, so
+    layers of one config get equal block tables: one plan fits them all."""
+    cfg = layer.config
+    seq = [c + q for c, q in zip(context, query)]
+    per = [-(-s // layer.block_size) for s in seq]
+    order = np.random.default_rng(0).permutation(sum(per) + 2)  # scattered, the same for every layer
+    cache = layer.make_cache(len(order))
+    at = np.cumsum([0] + per)
+    block_ids = [[int(x) for x in order[at[i]:at[i + 1]]] for i in range(len(seq))]
+    fill = attn.BatchMetadata(context_lens=[0] * len(seq), query_lens=seq, block_ids=block_ids, cache=cache)
+    dt = np.float32 if cfg.dtype == "float32" else ml_dtypes.bfloat16
+    k = rng.standard_normal((sum(seq), cfg.num_kv_heads, cfg.head_size)).astype(dt)
+    v = None if cfg.use_mla else rng.standard_normal((sum(seq), cfg.num_kv_heads, cfg.effective_head_size_v)).astype(dt)
+    layer.write_kv(k, v, cache, fill)
+    md = attn.BatchMetadata(context_lens=context, query_lens=query, block_ids=block_ids, cache=cache)
+    return SimpleNamespace(layer=layer, cache=cache, md=md)
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, io_dtype: str, kv_storage: str, what: str = "out"):

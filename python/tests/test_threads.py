@@ -5,7 +5,7 @@ import threading
 import numpy as np
 
 import attn
-from helpers import make_batch, valid_cpu_backends
+from helpers import filled_step, make_batch, valid_cpu_backends
 
 CFG = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="float32")
 
@@ -68,3 +68,45 @@ def test_selection_from_many_threads_agrees():
             assert attn.select(c).backend == want[c.head_size]
 
     run_threads(work, 6)
+
+
+def test_two_threads_run_two_layers_under_one_plan():
+    """A decode step the way an engine runs it: plan once, then layers on two threads at once,
+    each thread with its own Workspace; every run gives the bits of a serial forward."""
+    rng = np.random.default_rng(13)
+    steps = []
+    for i in range(2):
+        b = filled_step(attn.Attention(CFG, scale=0.2 + 0.1 * i), rng, [60, 3, 200, 1], [1, 1, 1, 1])
+        b.q = rng.standard_normal((b.md.num_tokens, CFG.num_heads, CFG.head_size)).astype(np.float32)
+        steps.append(b)
+    expected = [b.layer.forward(b.q, b.cache, b.md) for b in steps]
+    plan = steps[0].layer.plan(steps[0].md, steps[0].cache)
+
+    def work(i):
+        b, ws = steps[i], attn.Workspace(plan.workspace_bytes)
+        out = np.empty_like(expected[i])
+        for _ in range(50):
+            b.layer.run(plan, b.q, b.cache, out, workspace=ws)
+            np.testing.assert_array_equal(out, expected[i])
+
+    run_threads(work, 2)
+
+
+def test_a_workspace_in_use_is_refused_not_raced():
+    b = filled_step(attn.Attention(CFG), np.random.default_rng(14), [900, 700], [1, 1])
+    b.q = np.random.default_rng(15).standard_normal((2, CFG.num_heads, CFG.head_size)).astype(np.float32)
+    plan = b.layer.plan(b.md, b.cache)
+    ws = attn.Workspace(plan.workspace_bytes)
+    expected = b.layer.forward(b.q, b.cache, b.md)
+
+    def work(i):
+        out = np.empty_like(expected)
+        for _ in range(200):
+            try:
+                b.layer.run(plan, b.q, b.cache, out, workspace=ws)
+            except attn.Error as e:  # the other thread holds the workspace
+                assert "in use by another run" in str(e)
+                continue
+            np.testing.assert_array_equal(out, expected)  # no run saw the other's scratch
+
+    run_threads(work, 2)

@@ -87,6 +87,7 @@ void check_plan_args(const LayerParams& p, const BatchMetadata& md, const KVCach
   ATTN_REQUIRE(s.dtype == want, "cache.dtype", to_string(s.dtype),
                std::string(to_string(want)) + " for kv_cache_dtype " + std::string(to_string(c.kv_cache_dtype)));
   md.validate(s.num_blocks, s.block_size);
+  check_causal(c, md);  // an encoder layer handed causal metadata would silently mask the future
 }
 
 void check_run_tensors(const LayerParams& p, const KVCacheSpec& s, int32_t num_tokens, const TensorView& q,

@@ -155,20 +155,21 @@ void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadat
   check_tensor(k, "k", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.head_size});
   if (!mla)
     check_tensor(v, "v", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.v_width()});
-  require(int64_t(md.slot_mapping.size()) == n, "metadata.slot_mapping.size()", md.slot_mapping.size(),
-          "num_tokens = " + std::to_string(n));
+  // Runs per layer per step (run() with new K/V): messages are built only when a check fails.
+  ATTN_REQUIRE(int64_t(md.slot_mapping.size()) == n, "metadata.slot_mapping.size()", md.slot_mapping.size(),
+               "num_tokens = " + std::to_string(n));
   const int64_t slots = int64_t(spec_.num_blocks) * spec_.block_size;
   std::vector<int64_t> used;
   used.reserve(md.slot_mapping.size());
   for (std::size_t t = 0; t < md.slot_mapping.size(); ++t) {
     const int64_t s = md.slot_mapping[t];
-    require(s >= -1 && s < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", s,
-            "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
+    ATTN_REQUIRE(s >= -1 && s < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", s,
+                 "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
     if (s >= 0) used.push_back(s);
   }
   std::sort(used.begin(), used.end());
   auto dup = std::adjacent_find(used.begin(), used.end());
-  require(dup == used.end(), "metadata.slot_mapping", dup == used.end() ? 0 : *dup, "distinct slots (two tokens write one slot)");
+  ATTN_REQUIRE(dup == used.end(), "metadata.slot_mapping", *dup, "distinct slots (two tokens write one slot)");
 
   const PagedKV pv = view();
   const std::size_t es = dtype_size(spec_.dtype);

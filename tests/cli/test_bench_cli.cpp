@@ -114,4 +114,22 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
   EXPECT_NE(table.find(bf16 + ".fraction_of_paged_read,"), std::string::npos) << table;
 }
 
+TEST(BenchCli, StepOverheadFiguresAreConsistent) {
+  const BenchRun r = bench("--quick --filter step --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  for (const std::string shape : {"step_llama8b_32layers_decode_b64_ctx32", "step_llama8b_32layers_decode_b8_ctx4096"}) {
+    SCOPED_TRACE(shape);
+    const double fwd = j[shape + ".forward_ms"].get<double>() * 1e-3, planned = j[shape + ".planned_ms"].get<double>() * 1e-3;
+    const double plan = j[shape + ".plan_us"].get<double>() * 1e-6;
+    ASSERT_GT(fwd, 0.0);
+    ASSERT_GT(planned, 0.0);
+    ASSERT_GT(plan, 0.0);
+    EXPECT_NEAR(j[shape + ".forward_outside_kernels_fraction"].get<double>(), 32 * plan / fwd, 1e-9);
+    EXPECT_NEAR(j[shape + ".planned_outside_kernels_fraction"].get<double>(), plan / planned, 1e-9);
+    EXPECT_NEAR(j[shape + ".planned_speedup"].get<double>(), fwd / planned, 1e-9);
+  }
+  EXPECT_FALSE(j.contains("llama8b_decode_b1_ctx4096_bf16.ms")) << "the filter keeps only the step figures";
+}
+
 }  // namespace

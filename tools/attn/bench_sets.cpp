@@ -56,6 +56,13 @@ std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, do
     keep_matching(s, filter);
     sets.push_back(std::move(s));
   }
+  if (selected("step", filter)) {
+    progress("step");
+    FigureSet s{"step", "per-step overhead, 32-layer Llama-3.1-8B decode on cpu_flash: forward per layer vs plan once + run", {}};
+    s.figures = step_overhead_figures(quick, threads);
+    keep_matching(s, filter);
+    sets.push_back(std::move(s));
+  }
   return sets;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The figure sets `attn bench` adds to its attention shapes: the MLA / sparse backends'
 // (attn::mla_bench_figures) and the mixers' (attn::mixer_bench_figures), each measured against
-// the DRAM bandwidth of the same run. Keys are "mla.<figure>" and "mixer.<figure>".
+// the DRAM bandwidth of the same run, and the per-step overhead of a 32-layer decode step
+// (bench_step.cpp). Keys are "mla.<figure>", "mixer.<figure>" and "step_<shape>.<figure>".
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ struct FigureSet {
   std::string title;  // a line for the text report
   std::vector<NamedFigure> figures;
 };
+
+/// The 32-layer decode steps (B=64 ctx 32, B=8 ctx 4096): forward per layer vs plan once + run
+/// per layer, time per step and the fraction outside the kernels (bench_step.cpp).
+std::vector<NamedFigure> step_overhead_figures(bool quick, int threads);
 
 /// The sets `filter` selects ("" = all): a set runs when its name contains the filter or the
 /// filter starts with its name; then only figures whose key contains the filter are kept.

@@ -2,6 +2,7 @@
 // entry point: validate, plan, run the work items on all threads, merge split KV ranges.
 #include <omp.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -22,8 +23,12 @@ namespace {
 class FlashStepPlan final : public StepPlan {
  public:
   FlashStepPlan(const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec, Plan plan, prefill::PackLayout pack)
-      : StepPlan("cpu_flash", c, md, spec), plan_(std::move(plan)), pack_(std::move(pack)) {}
+      : StepPlan("cpu_flash", c, md, spec), plan_(std::move(plan)), pack_(std::move(pack)) {
+    for (const WorkItem& it : plan_.items) max_rows_ = std::max(max_rows_, item_rows(it, c.num_heads / c.num_kv_heads));
+  }
   const Plan& items() const { return plan_; }
+  /// Rows of the largest work item: what each thread's kernel scratch is grown to before a run.
+  int max_rows() const { return max_rows_; }
   const prefill::PackLayout& pack() const { return pack_; }
   std::size_t pack_offset() const { return (std::size_t(plan_.partial_floats) * sizeof(float) + 63) / 64 * 64; }
   std::size_t workspace_bytes() const override { return pack_offset() + std::size_t(pack_.bytes); }
@@ -32,6 +37,7 @@ class FlashStepPlan final : public StepPlan {
  private:
   Plan plan_;
   prefill::PackLayout pack_;
+  int max_rows_ = 0;
 };
 
 class CpuFlashImpl final : public AttentionImpl {
@@ -80,11 +86,18 @@ class CpuFlashImpl final : public AttentionImpl {
     const int threads = params_.num_threads > 0 ? params_.num_threads : omp_get_max_threads();
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) {
-      const WorkItem& it = plan.items[std::size_t(i)];
-      if (prefill_call.run(a, it)) continue;
-      (decode && !it.mm && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials);
+#pragma omp parallel num_threads(threads)
+    {
+      // Every thread's kernel scratch is grown to the step's largest item before any item runs,
+      // whichever items the dynamic schedule then hands it: a warm run allocates nothing.
+      reserve_item_scratch(fp.max_rows(), a.head_size, a.head_size_v);
+      prefill_call.reserve(a, fp.max_rows());
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n; ++i) {
+        const WorkItem& it = plan.items[std::size_t(i)];
+        if (prefill_call.run(a, it)) continue;
+        (decode && !it.mm && item_rows(it, a.group) <= kDecodeMaxRows ? decode : fn)(a, it, partials);
+      }
     }
     if (!plan.merges.empty()) run_merges(a, plan, partials, threads);
     return {variant_, {}};

@@ -76,6 +76,21 @@ inline int64_t partial_floats(int rows, int head_size_v) { return int64_t(rows) 
 /// Runs one work item. Split items leave unnormalized (o, m, l) at partials + item.partial.
 using ItemFn = void (*)(const KernelArgs& args, const WorkItem& item, float* partials);
 
+/// Per-thread scratch of the general item kernel, one for every ISA build (a thread runs one item
+/// at a time): grown on demand and reused across items and calls.
+struct ItemScratch {
+  std::vector<float> qf, s, o, state;
+  std::vector<uint16_t> qb;
+  std::vector<int> span;  // per row: first and one-past-last visible key of the chunk
+};
+inline ItemScratch& item_scratch() {
+  thread_local ItemScratch sc;
+  return sc;
+}
+/// Grows the calling thread's item scratch to what an item of up to `rows` rows needs, so a run
+/// whose threads each call this before their items allocates nothing in them (kernel_generic.cpp).
+void reserve_item_scratch(int rows, int head_size, int head_size_v);
+
 /// Kernels of one ISA, indexed by KvType.
 struct KernelTable {
   ItemFn by_kv[kNumKvTypes] = {};

@@ -5,6 +5,10 @@
 
 namespace attn::cpu_flash {
 
+void reserve_item_scratch(int rows, int head_size, int head_size_v) {
+  generic::reserve_scratch(rows, head_size, head_size_v);
+}
+
 const KernelTable& kernels_generic() {
   static const KernelTable table = generic::make_table<generic::QkF32>();
   return table;

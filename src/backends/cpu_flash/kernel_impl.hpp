@@ -118,15 +118,12 @@ void pv_dispatch(int nvec, bool tail, float* o, int ldo, const float* alpha, con
   }
 }
 
-/// Per-thread scratch, grown on demand and reused across calls.
-struct Scratch {
-  std::vector<float> qf, s, o, state;
-  std::vector<uint16_t> qb;
-  std::vector<int> span;  // per row: first and one-past-last visible key of the chunk
-};
-inline Scratch& scratch() {
-  thread_local Scratch sc;
-  return sc;
+/// What run_rows sizes for `rows` rows (any RB <= 4 and vector width <= 16 floats).
+inline void reserve_scratch(int rows, int d, int dv) {
+  ItemScratch& sc = item_scratch();
+  const std::size_t rp = std::size_t(round_up(rows, 4)), ldq = std::size_t(round_up(d, kQAlign)), ldo = std::size_t(round_up(dv, 16));
+  sc.qf.reserve(rp * ldq), sc.qb.reserve(rp * ldq), sc.s.reserve(rp * kChunk), sc.o.reserve(rp * ldo);
+  sc.state.reserve(rp * 3), sc.span.reserve(rp * 2);
 }
 
 template <class S, KvType T, class Qk, int RB>
@@ -136,7 +133,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int g = a.group, d = a.head_size, dv = a.head_size_v;
   const int rows = item_rows(it, g), rp = round_up(rows, RB);
   const int ldq = round_up(d, kQAlign), ldo = round_up(dv, S::W);
-  Scratch& sc = scratch();
+  ItemScratch& sc = item_scratch();
   sc.qf.assign(std::size_t(rp) * ldq, 0.0f);
   sc.s.resize(std::size_t(rp) * kChunk);
   sc.o.assign(std::size_t(rp) * ldo, 0.0f);

@@ -73,6 +73,8 @@ bool takes_prefill(const PackLayout& layout, const KernelArgs& a, const WorkItem
 void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackLayout::Job& job, char* buf);
 /// Runs one item on the packed tiles.
 void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkItem& it, const char* buf);
+/// Grows the calling thread's tile scratch to what an item of up to `rows` rows needs.
+void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& layout, int rows);
 /// Whether vdpbf16ps outruns fp32 FMA on this CPU, per FLOP (measured once, < 2 ms).
 bool bf16_dot_beats_fma();
 /// The measured rates behind that choice (GFLOP/s on one thread), for reports.

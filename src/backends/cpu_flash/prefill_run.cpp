@@ -33,4 +33,12 @@ bool Call::run(const KernelArgs& a, const WorkItem& it) const {
 #endif
 }
 
+void Call::reserve(const KernelArgs& a, int rows) const {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (layout_->bytes != 0) reserve_tile_scratch_avx512(a, *layout_, rows);
+#else
+  (void)a, (void)rows;
+#endif
+}
+
 }  // namespace attn::cpu_flash::prefill

@@ -19,6 +19,8 @@ class Call {
   Call(const KernelArgs& a, const PackLayout& layout, char* buf, int threads);
   /// Runs `it` on the prefill kernel when it is a prefill tile; false leaves it to the caller.
   bool run(const KernelArgs& a, const WorkItem& it) const;
+  /// Grows the calling thread's tile scratch for items of up to `rows` rows (no-op without tiles).
+  void reserve(const KernelArgs& a, int rows) const;
 
  private:
   const PackLayout* layout_;

@@ -437,6 +437,18 @@ void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkIt
     run<false>(a, layout, it, buf);
 }
 
+void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& L, int rows) {
+  // What run() sizes for an item of `rows` rows (R rows per micro-tile).
+  const std::size_t rp = std::size_t((rows + R - 1) / R * R), d = std::size_t(a.head_size);
+  Scratch& sc = scratch();
+  sc.o.reserve(rp * std::size_t(L.dv_pad)), sc.lsum.reserve(rp * 16);
+  sc.m2.reserve(rp), sc.alpha.reserve(rp), sc.lo.reserve(rp), sc.hi.reserve(rp);
+  if (L.bf16)
+    sc.qb.reserve(rp * d), sc.pb.reserve(rp * kTileKeys);
+  else
+    sc.qf.reserve(rp * d), sc.pf.reserve(rp * kTileKeys);
+}
+
 void set_stage_mask_for_measurement(unsigned mask) { g_stage_mask = mask; }
 unsigned stage_mask_for_measurement() { return g_stage_mask; }
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
+#include <memory>
 
 #include <omp.h>
 
@@ -13,14 +13,53 @@
 namespace attn {
 namespace {
 
+/// Per-thread scratch of one (sequence, KV head): its dequantized K and V rows, the scores of one
+/// query row, the output accumulator and the query row, for the step's longest sequence.
+struct Scratch {
+  std::size_t len, d, dv;
+  std::size_t floats() const { return len * d + len * dv + len + dv + d; }
+  float* K(float* base) const { return base; }
+  float* V(float* base) const { return base + len * d; }
+  float* scores(float* base) const { return V(base) + len * dv; }
+  float* acc(float* base) const { return scores(base) + len; }
+  float* qrow(float* base) const { return acc(base) + dv; }
+};
+
+/// The reference's plan: the validated metadata and one scratch slot per thread.
+class ReferenceStepPlan final : public StepPlan {
+ public:
+  ReferenceStepPlan(const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec, int slots)
+      : StepPlan("reference", c, md, spec),
+        scratch_{std::size_t(std::max(md.max_seq_len, 0)), std::size_t(c.head_size), std::size_t(spec.v_width())},
+        slots_(slots) {}
+  const Scratch& scratch() const { return scratch_; }
+  int slots() const { return slots_; }
+  std::size_t slot_floats() const { return (scratch_.floats() + 15) / 16 * 16; }  // 64-byte aligned slots
+  std::size_t workspace_bytes() const override { return slot_floats() * sizeof(float) * std::size_t(slots_); }
+
+ private:
+  Scratch scratch_;
+  int slots_;
+};
+
 class ReferenceImpl final : public AttentionImpl {
  public:
   explicit ReferenceImpl(const LayerParams& p) : AttentionImpl("reference", p) {
     if (params_.config.use_alibi && params_.alibi_slopes.empty()) params_.alibi_slopes = alibi_slopes(params_.config.num_heads);
   }
 
-  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override {
-    begin_run(plan, args);
+  std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& cache) const override {
+    check_plan_args(params_, md, cache);
+    return std::make_shared<ReferenceStepPlan>(params_.config, md, cache, threads());
+  }
+
+  RunResult run(const StepPlan& step, const ForwardArgs& args) const override {
+    begin_run(step, args);
+    const auto& plan = static_cast<const ReferenceStepPlan&>(step);  // begin_run checked it is the reference's
+    Workspace own;
+    float* const ws = static_cast<float*>(scratch(args, own, plan.workspace_bytes()));
+    const Scratch& sc = plan.scratch();
+    const int team = std::min(threads(), plan.slots());
     const BatchMetadata& md = plan.metadata();
     const TensorView &q = args.q, &out = args.out;
     const LayerParams& p_ = params_;
@@ -32,12 +71,13 @@ class ReferenceImpl final : public AttentionImpl {
     const char* base = static_cast<const char*>(kv.base);
     const int32_t* mm = c.use_mm_prefix && !md.mm_prefix_ranges.empty() ? md.mm_prefix_ranges.data() : nullptr;
 
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads())
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(team)
     for (int s = 0; s < md.num_seqs; ++s) {
       for (int kh = 0; kh < c.num_kv_heads; ++kh) {
         const int len = md.seq_lens[s], qlen = md.query_len(s), q0 = md.query_start_loc[s];
+        float* const slot = ws + plan.slot_floats() * std::size_t(omp_get_thread_num());
+        float *K = sc.K(slot), *V = sc.V(slot), *scores = sc.scores(slot), *acc = sc.acc(slot), *qrow = sc.qrow(slot);
         // Dequantize this sequence's K and V rows for one KV head once.
-        std::vector<float> K(std::size_t(len) * d), V(std::size_t(len) * dv);
         for (int t = 0; t < len; ++t) {
           const int64_t e = int64_t(md.blocks(s)[t / kv.block_size]) * kv.block_stride + (t % kv.block_size) * kv.token_stride +
                             int64_t(kh) * kv.head_stride;
@@ -45,7 +85,6 @@ class ReferenceImpl final : public AttentionImpl {
           for (int i = 0; i < dv; ++i)
             V[std::size_t(t) * dv + i] = load_as_float(base, kv.dtype, e + kv.v_offset + i) * kv.v_scales[kh];
         }
-        std::vector<float> scores(static_cast<std::size_t>(len)), acc(static_cast<std::size_t>(dv)), qrow(static_cast<std::size_t>(d));
         for (int g = 0; g < group; ++g) {
           const int h = kh * group + g;
           for (int i = 0; i < qlen; ++i) {
@@ -66,7 +105,7 @@ class ReferenceImpl final : public AttentionImpl {
 
             }
             if (c.has_sink) m = std::max(m, p_.sinks[h]);
-            std::fill(acc.begin(), acc.end(), 0.0f);
+            std::fill(acc, acc + dv, 0.0f);
             float denom = c.has_sink ? std::exp(p_.sinks[h] - m) : 0.0f;
             if (m != -std::numeric_limits<float>::infinity()) {
               for (int t = 0; t < len; ++t) {
