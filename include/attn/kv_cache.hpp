@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/device.hpp"
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
 #include "attn/types.hpp"
@@ -50,17 +51,25 @@ struct PagedKV {
   const float* v_scales = nullptr;  // [num_kv_heads]
 };
 
+/// One layer's paged cache: allocated on a device (host memory unless an allocator says else),
+/// viewed through view() by the backends that read that device.
 class KVCache {
  public:
   explicit KVCache(const KVCacheSpec& spec);
+  /// A cache in `allocator`'s memory (zeroed), e.g. Registry::allocator(DeviceKind::cuda).
+  KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> allocator);
   KVCache(KVCache&&) noexcept;
   KVCache& operator=(KVCache&&) noexcept;
   ~KVCache();
 
   const KVCacheSpec& spec() const { return spec_; }
+  /// Where the bytes live; view()'s base and scale pointers are that device's.
+  DeviceKind device() const { return device_ ? device_.allocator()->device() : DeviceKind::cpu; }
   PagedKV view() const;
-  void* data() const { return storage_.data(); }
-  std::size_t bytes() const { return storage_.bytes(); }
+  void* data() const { return device_ ? device_.data() : storage_.data(); }
+  std::size_t bytes() const { return device_ ? device_.bytes() : storage_.bytes(); }
+  /// Copies the bytes and scales of a cache of the same spec, on any device (upload, download).
+  void copy_from(const KVCache& other);
 
   /// Quantization scales (dequantized = stored * scale). Per tensor: one value; per head:
   /// num_kv_heads values. Must be finite and > 0.
@@ -69,7 +78,8 @@ class KVCache {
   const std::vector<float>& v_scales() const { return v_scales_; }
 
   /// Writes new k/v ([num_tokens, num_kv_heads, head_size(_v)], float32/16/bf16) into the
-  /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches.
+  /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches. Host caches
+  /// only: a device cache is written by its backend's run (ForwardArgs::new_k / new_v).
   void write(const TensorView& k, const TensorView& v, const BatchMetadata& md);
   /// Copies a whole block (copy-on-write support).
   void copy_block(int32_t src, int32_t dst);
@@ -77,8 +87,11 @@ class KVCache {
   void fill(float value);
 
  private:
+  void upload_scales();
   KVCacheSpec spec_;
-  Buffer storage_;
+  Buffer storage_;               // host caches
+  DeviceMemory device_;          // device caches: the bytes ...
+  DeviceMemory device_scales_;   // ... and [2, num_kv_heads] scales (k then v)
   std::vector<float> k_scales_, v_scales_;
 };
 
