@@ -2,6 +2,7 @@
 /// Umbrella header.
 #include "attn/backend.hpp"
 #include "attn/capabilities.hpp"
+#include "attn/device.hpp"
 #include "attn/error.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/layer_config.hpp"

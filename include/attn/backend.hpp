@@ -60,7 +60,8 @@ class AttentionImpl {
   const std::string& backend_name() const { return backend_; }
 
  protected:
-  AttentionImpl(std::string backend, LayerParams params) : backend_(std::move(backend)), params_(std::move(params)) {}
+  AttentionImpl(std::string backend, LayerParams params, DeviceKind device = DeviceKind::cpu)
+      : backend_(std::move(backend)), params_(std::move(params)), device_(device) {}
   /// The per-layer checks of run(): the plan is this layer's (backend and config), the cache has
   /// the planned geometry, q / out match the layer and the step (unless the caller checks them
   /// itself). Then writes new K/V if given.
@@ -72,6 +73,7 @@ class AttentionImpl {
 
   std::string backend_;
   LayerParams params_;
+  DeviceKind device_;  // the device of the caches (and tensors) run() reads
 };
 
 /// Validates the step-level arguments of plan(): the cache geometry against the layer, then the
@@ -94,6 +96,9 @@ struct BackendDescriptor {
   bool oracle = false;
   int preferred_block_size = 16;      // used when the user sets no block size
   KVLayout kv_layout = KVLayout::NHD;
+  /// The device whose memory run() reads: the layer's cache, q / out and the workspace
+  /// (allocate them with Registry::allocator(device); cpu: plain host memory).
+  DeviceKind device = DeviceKind::cpu;
   /// Empty: built into the core. Otherwise the shared module ("attn_cuda") that provides the
   /// factory; loaded on first need, and "module X not loaded: why" is a reason.
   std::string module;

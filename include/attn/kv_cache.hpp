@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/device.hpp"
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
 #include "attn/types.hpp"
@@ -50,6 +51,8 @@ struct PagedKV {
   const float* v_scales = nullptr;  // [num_kv_heads]
 };
 
+/// One layer's paged cache: allocated on a device (host memory unless an allocator says else),
+/// viewed through view() by the backends that read that device.
 class KVCache {
  public:
   explicit KVCache(const KVCacheSpec& spec);
@@ -57,15 +60,21 @@ class KVCache {
   /// contiguously as spec.shape(), 64-byte aligned, and must outlive this cache. Nothing is
   /// allocated or copied; writes and fills go to the engine's memory.
   KVCache(const KVCacheSpec& spec, void* external);
+  /// A cache in `allocator`'s memory (zeroed), e.g. Registry::allocator(DeviceKind::cuda).
+  KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> allocator);
   KVCache(KVCache&&) noexcept;
   KVCache& operator=(KVCache&&) noexcept;
   ~KVCache();
 
   const KVCacheSpec& spec() const { return spec_; }
+  /// Where the bytes live; view()'s base and scale pointers are that device's.
+  DeviceKind device() const { return device_ ? device_.allocator()->device() : DeviceKind::cpu; }
   PagedKV view() const;
-  void* data() const { return external_ ? external_ : storage_.data(); }
-  std::size_t bytes() const { return external_ ? external_bytes_ : storage_.bytes(); }
+  void* data() const { return device_ ? device_.data() : external_ ? external_ : storage_.data(); }
+  std::size_t bytes() const { return device_ ? device_.bytes() : external_ ? external_bytes_ : storage_.bytes(); }
   bool owns_storage() const { return external_ == nullptr; }
+  /// Copies the bytes and scales of a cache of the same spec, on any device (upload, download).
+  void copy_from(const KVCache& other);
 
   /// Quantization scales (dequantized = stored * scale). Per tensor: one value; per head:
   /// num_kv_heads values. Must be finite and > 0.
@@ -74,7 +83,8 @@ class KVCache {
   const std::vector<float>& v_scales() const { return v_scales_; }
 
   /// Writes new k/v ([num_tokens, num_kv_heads, head_size(_v)], float32/16/bf16) into the
-  /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches.
+  /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches. Host caches
+  /// only: a device cache is written by its backend's run (ForwardArgs::new_k / new_v).
   void write(const TensorView& k, const TensorView& v, const BatchMetadata& md);
   /// fp8 caches: how many values every write() so far clamped to the fp8 range (±448 for e4m3),
   /// i.e. |value / scale| beyond it: a count that grows means the scales are too small.
@@ -85,10 +95,13 @@ class KVCache {
   void fill(float value);
 
  private:
+  void upload_scales();
   KVCacheSpec spec_;
-  Buffer storage_;
-  void* external_ = nullptr;  // engine-owned storage, or null when storage_ holds the cache
+  Buffer storage_;               // host caches attn allocated
+  void* external_ = nullptr;     // engine-owned host storage (KVCache(spec, external))
   std::size_t external_bytes_ = 0;
+  DeviceMemory device_;          // device caches: the bytes ...
+  DeviceMemory device_scales_;   // ... and [2, num_kv_heads] scales (k then v)
   std::vector<float> k_scales_, v_scales_;
   int64_t saturated_ = 0;
 };

@@ -15,6 +15,7 @@
 #include "attn/layer_config.hpp"
 #include "attn/platform.hpp"
 #include "attn/selector.hpp"
+#include "attn/step.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -44,6 +45,8 @@ struct MixerConfig {
   int conv_dim() const;
   /// Output features per token (mamba1/2, short_conv: d_inner; linear/gdn: num_heads·head_v_dim).
   int out_dim() const;
+  /// mamba2, linear and gdn prefill have a chunked form distinct from the recurrence.
+  bool has_chunked_form() const;
   std::vector<int64_t> conv_state_shape(int32_t slots) const;  // [slots, conv_dim, d_conv - 1]
   /// mamba1 [slots, d_inner, d_state]; mamba2 [slots, heads, head_dim, d_state];
   /// linear / gdn [slots, heads, head_k_dim, head_v_dim]; short_conv [slots, 0].
@@ -140,32 +143,99 @@ class MambaStateCache {
   Buffer conv_, ssm_;
 };
 
-/// One mixer layer served by one backend.
+/// A mixer backend's plan of one step (the mixer analogue of attn::StepPlan): the validated
+/// batch and how it runs — which sequences take the chunked form (chunk boundaries every
+/// chunk_size tokens) and which the recurrence, the task split of the conv and the scan, and the
+/// scratch a run needs. It depends on the batch and the layer config, never on weights or states,
+/// so one plan serves every mixer layer of the step with this backend and config. Immutable.
+struct MixerPlan {
+  std::string backend;
+  MixerConfig config;
+  int chunk_size = 0;   // the planner's MixerParams::chunk_size (0: every sequence recurrent)
+  int threads = 1;      // OpenMP threads a run uses (one scratch block each)
+  int32_t num_slots = 0;  // the state cache's slots the batch was validated against
+  MixerBatch batch;
+  int64_t head_block = 1;  // heads (mamba1: channels) per scan task
+  /// conv task t of sequence s covers tokens [32·(t - conv_first_task[s]), +32); [num_seqs + 1].
+  std::vector<int64_t> conv_first_task;
+  int64_t buffer_floats = 0;   // the conv output a run keeps between conv and scan
+  int64_t scratch_floats = 0;  // per thread, the largest task's (conv or scan)
+
+  /// Sequence s runs the chunked form (else the token-by-token recurrence; empty: nothing).
+  bool chunked(int s) const;
+  int64_t num_chunks(int s) const;
+  /// Scratch bytes a run needs (Workspace::reserve): the conv buffer and one block per thread.
+  std::size_t workspace_bytes() const;
+  std::size_t thread_scratch_offset() const;  // bytes: where the per-thread blocks start
+  std::size_t thread_scratch_stride() const;  // bytes between two threads' blocks (64-aligned)
+  std::string to_string() const;
+};
+
+/// Everything one mixer layer's run reads and writes. Views only: nothing is copied or kept.
+struct MixerArgs {
+  MixerInputs in;
+  MambaStateCache* state = nullptr;  // the layer's states, updated in place
+  TensorView out;                    // [T, d_inner] or [T, num_heads, head_v_dim]
+  Workspace* workspace = nullptr;    // null: the run allocates its own scratch (convenience path)
+};
+
+/// One mixer layer served by one backend: plan once per step, run once per layer. Holds only
+/// what `create` set up; run() and conv() are const and safe to call from several threads for
+/// different layers (one Workspace each).
 class MixerImpl {
  public:
   explicit MixerImpl(MixerParams params);
   virtual ~MixerImpl() = default;
   const MixerParams& params() const { return params_; }
+  const std::string& backend_name() const { return backend_; }
+
+  /// Validates the step's batch against a state cache of `num_slots` slots once and plans the
+  /// work (see MixerPlan). Serves every layer with this backend, config, chunk_size and threads.
+  std::shared_ptr<const MixerPlan> plan(const MixerBatch& md, int32_t num_slots) const;
+  /// The whole mixer for a mixed batch of prefill and decode sequences under `plan`. Checks are
+  /// O(1); with a workspace of plan.workspace_bytes() the run allocates nothing.
+  void run(const MixerPlan& plan, const MixerArgs& args) const;
+  /// One call: plan + run with a scratch of its own (tests, one-off calls). out: [T, d_inner]
+  /// (mamba1, mamba2, short_conv) or [T, num_heads, head_v_dim] (linear, gdn).
+  void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
 
   /// Causal depthwise conv1d over this step's tokens, continuing each sequence's conv state and
   /// leaving its last d_conv - 1 inputs behind; SiLU after it except for short_conv.
   /// x, out: [T, conv_dim] (out may alias x only if it is a distinct buffer: no in-place).
+  void conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
+            Workspace* workspace = nullptr) const;
   void conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
-  /// The whole mixer for a mixed batch of prefill and decode sequences. out: [T, d_inner]
-  /// (mamba1, mamba2, short_conv) or [T, num_heads, head_v_dim] (linear, gdn).
-  virtual void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) = 0;
   /// The kernel variant that runs ("avx512" / "generic"), fixed when the mixer is created: the
   /// best this CPU runs, or env ATTN_MIXER_ISA = auto | avx512 | generic (capped at the best;
   /// another value → attn::Error listing these).
   virtual std::string variant() const;
 
  protected:
-  /// Checks state / metadata / out against the config (shared by every backend).
-  void check_common(const MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
+  /// Per-thread scratch of one run: block omp_get_thread_num() of the workspace.
+  struct Scratch {
+    char* base = nullptr;
+    std::size_t stride = 0;
+    float* buffer = nullptr;  // the plan's buffer_floats
+    float* mine() const;
+  };
+  /// The per-layer checks of run() and conv(): the plan is this layer's, the state cache has the
+  /// planned config and slots. Returns the run's scratch (in `workspace`, or `own` when null).
+  Scratch begin(const MixerPlan& plan, MambaStateCache* state, Workspace* workspace, Workspace& own) const;
+  /// The backend's run once the plan, state and out passed the checks (inputs still unchecked).
+  virtual void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,
+                           const Scratch& scratch) const = 0;
+  /// Heads (mamba1: channels) per scan task for a batch of `num_seqs` sequences.
+  virtual int64_t plan_head_block(int32_t num_seqs, int threads) const;
+  /// Per-thread scratch floats of one scan task over a sequence of `len` tokens.
+  virtual int64_t scan_scratch_floats(int64_t len, int64_t head_block) const;
+  /// The conv under a plan whose checks passed (run() and conv() share it).
+  void run_conv(const MixerPlan& plan, const float* x, MambaStateCache& state, float* out, const Scratch& scratch) const;
   bool use_avx512() const { return avx512_; }
   MixerParams params_;
 
  private:
+  friend std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params);
+  std::string backend_;
   bool avx512_ = false;
   std::vector<float> conv_taps_;  // [d_conv, conv_dim]: conv_weight transposed once, for conv()
 };

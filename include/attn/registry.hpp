@@ -26,6 +26,13 @@ class Registry {
   /// Provides the factory of a backend declared with `module` (called by the module itself).
   void provide(const std::string& backend, std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create);
 
+  /// Provides the memory of `device` (called by the module that serves that device).
+  void provide_allocator(DeviceKind device, std::shared_ptr<DeviceAllocator> allocator);
+  /// The allocator of `device` for caches and workspaces: host memory for cpu; otherwise the one
+  /// the module of a backend reading `device` provides (loaded on first need). Throws
+  /// attn::Error with the module's reason when none can be loaded.
+  std::shared_ptr<DeviceAllocator> allocator(DeviceKind device);
+
   /// Snapshot of all descriptors, in registration order.
   std::vector<std::shared_ptr<const BackendDescriptor>> backends() const;
   std::shared_ptr<const BackendDescriptor> find(const std::string& name) const;
@@ -50,6 +57,7 @@ class Registry {
   mutable std::shared_mutex mu_;
   std::vector<std::shared_ptr<BackendDescriptor>> backends_;
   std::unordered_map<std::string, Module> modules_;
+  std::shared_ptr<DeviceAllocator> cuda_allocator_;
   std::vector<std::string> plugin_errors_;
   uint64_t generation_ = 0;
   std::mutex module_mu_;

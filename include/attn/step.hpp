@@ -15,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "attn/device.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/layer_config.hpp"
 #include "attn/metadata.hpp"
@@ -23,18 +24,24 @@
 namespace attn {
 
 /// Scratch memory a run needs, owned by the caller and sized by the plan. It grows when a plan
-/// asks for more and never shrinks, so a steady-state step allocates nothing.
+/// asks for more and never shrinks, so a steady-state step allocates nothing. Host memory, or
+/// the memory of the device a backend runs on (its descriptor's `device`).
 class Workspace {
  public:
   Workspace() = default;
   explicit Workspace(std::size_t bytes) { reserve(bytes); }
+  /// A workspace in `allocator`'s memory (e.g. Registry::allocator(DeviceKind::cuda)).
+  explicit Workspace(std::shared_ptr<DeviceAllocator> allocator) : allocator_(std::move(allocator)) {}
   /// Ensures at least `bytes` bytes (64-byte aligned); allocates only when growing.
   void reserve(std::size_t bytes);
-  void* data() const { return buffer_.data(); }
-  std::size_t bytes() const { return buffer_.bytes(); }
+  void* data() const { return allocator_ ? device_.data() : buffer_.data(); }
+  std::size_t bytes() const { return allocator_ ? device_.bytes() : buffer_.bytes(); }
+  DeviceKind device() const { return allocator_ ? allocator_->device() : DeviceKind::cpu; }
 
  private:
   Buffer buffer_;
+  std::shared_ptr<DeviceAllocator> allocator_;
+  DeviceMemory device_;
 };
 
 /// The form an MLA layer runs in; q and out are shaped for it. StepPlan::preferred_mla_form says

@@ -118,7 +118,10 @@ void AttentionImpl::begin_run(const StepPlan& plan, const ForwardArgs& args, boo
   ATTN_REQUIRE(plan.backend() == backend_, "plan.backend", plan.backend(), "a plan made by " + backend_ + " (this layer's backend)");
   ATTN_REQUIRE(plan.config() == params_.config, "plan.config", plan.config().to_string(),
                "this layer's config " + params_.config.to_string() + " (plans are shared only by equal configs)");
-  const KVCacheSpec& s = cache_of(args).spec();
+  const KVCache& cache = cache_of(args);
+  ATTN_REQUIRE(cache.device() == device_, "cache.device", cache.device() == DeviceKind::cpu ? "cpu" : "cuda",
+               std::string(device_ == DeviceKind::cpu ? "cpu" : "cuda") + ": the memory " + backend_ + " reads");
+  const KVCacheSpec& s = cache.spec();
   ATTN_REQUIRE(s == plan.cache_spec(), "cache", s.to_string(), "the geometry the plan was made for: " + plan.cache_spec().to_string());
   const BatchMetadata& md = plan.metadata();
   if (check_tensors) check_run_tensors(params_, s, md.num_tokens, args.q, args.out);

@@ -3,9 +3,14 @@
 namespace attn {
 
 void Workspace::reserve(std::size_t bytes) {
-  if (bytes <= buffer_.bytes()) return;
+  if (bytes <= this->bytes()) return;
   // Rounded up to whole pages so a slowly growing step does not reallocate every time.
   const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+  if (allocator_) {
+    device_ = DeviceMemory();  // free first: the old scratch need not survive growth
+    device_ = DeviceMemory(allocator_, rounded);
+    return;
+  }
   buffer_ = Buffer(DType::int8, {int64_t(rounded)});
 }
 

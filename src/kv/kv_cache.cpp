@@ -101,6 +101,43 @@ KVCache::KVCache(const KVCacheSpec& spec, void* external) : spec_(spec), externa
   v_scales_ = k_scales_;
 }
 
+KVCache::KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> allocator) : spec_(spec) {
+  require(allocator != nullptr, "allocator", "null", "a device allocator (host_allocator() or Registry::allocator)");
+  const int64_t bytes = spec.bytes();
+  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
+  v_scales_ = k_scales_;
+  if (allocator->device() == DeviceKind::cpu) {
+    storage_ = Buffer(spec.dtype, spec.shape());
+    return;
+  }
+  device_ = DeviceMemory(allocator, std::size_t(bytes));
+  allocator->memset(device_.data(), 0, device_.bytes());
+  device_scales_ = DeviceMemory(allocator, 2 * k_scales_.size() * sizeof(float));
+  upload_scales();
+}
+
+void KVCache::upload_scales() {
+  if (!device_) return;
+  std::vector<float> both = k_scales_;
+  both.insert(both.end(), v_scales_.begin(), v_scales_.end());
+  device_scales_.allocator()->copy(device_scales_.data(), both.data(), both.size() * sizeof(float), CopyKind::host_to_device);
+}
+
+void KVCache::copy_from(const KVCache& o) {
+  require(o.spec() == spec_, "cache.spec", o.spec().to_string(), "this cache's spec " + spec_.to_string());
+  const bool to_dev = device() != DeviceKind::cpu, from_dev = o.device() != DeviceKind::cpu;
+  if (to_dev) {
+    device_.allocator()->copy(data(), o.data(), bytes(), from_dev ? CopyKind::device_to_device : CopyKind::host_to_device);
+  } else if (from_dev) {
+    o.device_.allocator()->copy(data(), o.data(), bytes(), CopyKind::device_to_host);
+  } else {
+    std::memcpy(data(), o.data(), bytes());
+  }
+  k_scales_ = o.k_scales_;
+  v_scales_ = o.v_scales_;
+  upload_scales();
+}
+
 KVCache::KVCache(KVCache&&) noexcept = default;
 KVCache& KVCache::operator=(KVCache&&) noexcept = default;
 KVCache::~KVCache() = default;
@@ -126,8 +163,8 @@ PagedKV KVCache::view() const {
       v.token_stride = w; v.head_stride = w; v.v_offset = 0; v.block_stride = bs * w;
       break;
   }
-  v.k_scales = k_scales_.data();
-  v.v_scales = v_scales_.data();
+  v.k_scales = device_ ? static_cast<const float*>(device_scales_.data()) : k_scales_.data();
+  v.v_scales = device_ ? static_cast<const float*>(device_scales_.data()) + spec_.num_kv_heads : v_scales_.data();
   return v;
 }
 
@@ -147,9 +184,12 @@ void KVCache::set_scales(const std::vector<float>& k, const std::vector<float>& 
   v_scales_.assign(h, v[0]);
   if (k.size() == h) k_scales_ = k;
   if (v.size() == h) v_scales_ = v;
+  upload_scales();
 }
 
 void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadata& md) {
+  ATTN_REQUIRE(!device_, "cache.device", "cuda",
+               "a host cache (a device cache is written by its backend's run: ForwardArgs::new_k / new_v)");
   const bool mla = spec_.layout == KVLayout::MLA;
   const int64_t n = md.num_tokens;
   check_tensor(k, "k", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.head_size});
@@ -196,12 +236,20 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
   const PagedKV pv = view();
   const std::size_t bytes = std::size_t(pv.block_stride) * dtype_size(spec_.dtype);
   char* base = static_cast<char*>(data());
-  if (src != dst) std::memmove(base + std::size_t(dst) * bytes, base + std::size_t(src) * bytes, bytes);
+  if (src == dst) return;
+  if (device_) {
+    device_.allocator()->copy(base + std::size_t(dst) * bytes, base + std::size_t(src) * bytes, bytes, CopyKind::device_to_device);
+  } else {
+    std::memmove(base + std::size_t(dst) * bytes, base + std::size_t(src) * bytes, bytes);
+  }
 }
 
 void KVCache::fill(float value) {
+  Buffer host = device_ ? Buffer(spec_.dtype, spec_.shape()) : Buffer();
+  void* dst = device_ ? host.data() : data();
   const int64_t n = int64_t(bytes() / dtype_size(spec_.dtype));
-  for (int64_t i = 0; i < n; ++i) store_from_float(data(), spec_.dtype, i, value);
+  for (int64_t i = 0; i < n; ++i) store_from_float(dst, spec_.dtype, i, value);
+  if (device_) device_.allocator()->copy(data(), host.data(), bytes(), CopyKind::host_to_device);
 }
 
 }  // namespace attn

@@ -150,16 +150,18 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
       const double slot_bytes = double(MambaStateCache(c, 1).bytes());
       const int groups = std::max(2, int(std::ceil(pool_bytes / (slot_bytes * batch))));
       MambaStateCache cache(c, batch * groups);
-      std::vector<MixerBatch> mds;
+      // Planned once outside the timed region, as an engine plans once per step for all layers.
+      std::vector<std::shared_ptr<const MixerPlan>> plans;
       for (int g = 0; g < groups; ++g) {
         std::vector<int32_t> lens(batch, 1), slots(batch);
         for (int i = 0; i < batch; ++i) slots[i] = g * batch + i;
-        mds.push_back(MixerBatch::build(lens, slots, std::vector<uint8_t>(batch, 1), batch * groups));
+        plans.push_back(impl->plan(MixerBatch::build(lens, slots, std::vector<uint8_t>(batch, 1), batch * groups), batch * groups));
       }
       auto in = inputs_for(c, batch, rng);
       std::vector<float> out(std::size_t(batch) * c.out_dim());
-      const TensorView ov = TensorView::contiguous(out.data(), DType::float32, out_shape(c, batch));
-      const double s = median_seconds(reps, [&](int rep) { impl->forward(in->in, cache, mds[rep % groups], ov); });
+      Workspace ws;
+      const MixerArgs args{in->in, &cache, TensorView::contiguous(out.data(), DType::float32, out_shape(c, batch)), &ws};
+      const double s = median_seconds(reps, [&](int rep) { impl->run(*plans[rep % groups], args); });
       const double bytes = 2.0 * slot_bytes * batch;  // every used slot's state read and written once
       const std::string key = std::string("decode.") + layer.name;
       figures.emplace_back(key + ".us_per_step", s * 1e6);
@@ -172,7 +174,6 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
       const int64_t T = quick ? 256 : 2048;
       auto in = inputs_for(c, T, rng);
       std::vector<float> out(std::size_t(T) * c.out_dim());
-      const TensorView ov = TensorView::contiguous(out.data(), DType::float32, out_shape(c, T));
       const MixerBatch md = MixerBatch::build({int32_t(T)}, {0}, {0}, 1);
       MixerParams p = params_for(c, rng);
       std::unique_ptr<MixerImpl> impl[2];
@@ -181,12 +182,15 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
         impl[chunked] = create_mixer(backend, p);
       }
       MambaStateCache cache(c, 1);
+      Workspace ws;
+      const MixerArgs args{in->in, &cache, TensorView::contiguous(out.data(), DType::float32, out_shape(c, T)), &ws};
+      const std::shared_ptr<const MixerPlan> plan[2] = {impl[0]->plan(md, 1), impl[1]->plan(md, 1)};
       const int rounds = quick ? 3 : 7;
       std::vector<double> secs[2];
       for (int r = -1; r < rounds; ++r) {  // round -1 warms up
         for (int chunked = 0; chunked < 2; ++chunked) {
           const auto t0 = std::chrono::steady_clock::now();
-          impl[chunked]->forward(in->in, cache, md, ov);
+          impl[chunked]->run(*plan[chunked], args);
           const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           if (r >= 0) secs[chunked].push_back(dt);
         }

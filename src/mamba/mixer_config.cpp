@@ -28,6 +28,10 @@ int MixerConfig::out_dim() const {
   }
 }
 
+bool MixerConfig::has_chunked_form() const {
+  return type == MambaType::mamba2 || type == MambaType::linear_attention || type == MambaType::gdn_attention;
+}
+
 std::vector<int64_t> MixerConfig::conv_state_shape(int32_t slots) const {
   if (conv_dim() == 0) return {slots, 0, 0};
   return {slots, conv_dim(), d_conv - 1};

@@ -33,14 +33,15 @@ std::string descriptor_variant(const Platform& p) { return chosen_isa(p); }
 int omp_threads() { return omp_get_max_threads(); }
 
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents) {
-  require(t.data != nullptr, name, "null", "a tensor of shape with extents given by the mixer config");
+  // Runs per layer per step: no string is built unless a check fails.
+  ATTN_REQUIRE(t.data != nullptr, name, "null", "a tensor of shape with extents given by the mixer config");
   check_tensor(t, name, int(extents.size()), {DType::float32}, extents);
-  require(t.is_contiguous(), std::string(name) + ".strides", t.shape_string(), "a contiguous tensor");
+  ATTN_REQUIRE(t.is_contiguous(), std::string(name) + ".strides", t.shape_string(), "a contiguous tensor");
 }
 
 }  // namespace mixer
 
-MixerImpl::MixerImpl(MixerParams params) : params_(std::move(params)) {
+MixerImpl::MixerImpl(MixerParams params) : params_(std::move(params)), backend_(to_string(params_.config.type)) {
   params_.validate();
   avx512_ = mixer::chosen_isa(detect_cpu()) == "avx512";
   const int64_t dim = params_.config.conv_dim(), K = params_.config.d_conv;
@@ -52,17 +53,5 @@ MixerImpl::MixerImpl(MixerParams params) : params_(std::move(params)) {
 }
 
 std::string MixerImpl::variant() const { return avx512_ ? "avx512" : "generic"; }
-
-void MixerImpl::check_common(const MambaStateCache& state, const MixerBatch& md, const TensorView& out) const {
-  require(state.config() == params_.config, "state.config", state.config().to_string(),
-          "the layer's " + params_.config.to_string());
-  md.validate(state.num_slots());
-  const MixerConfig& c = params_.config;
-  if (c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention) {
-    mixer::check_input(out, "out", {md.num_tokens, c.num_heads, c.head_v_dim});
-  } else {
-    mixer::check_input(out, "out", {md.num_tokens, c.out_dim()});
-  }
-}
 
 }  // namespace attn

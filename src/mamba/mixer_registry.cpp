@@ -81,7 +81,9 @@ std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerP
   for (MambaType t : d->types) types.emplace_back(to_string(t));
   require(serves, "params.config.type", to_string(params.config.type),
           "a type mixer backend '" + backend + "' serves (" + join(types) + ")");
-  return d->create(params);
+  std::unique_ptr<MixerImpl> impl = d->create(params);
+  impl->backend_ = backend;  // plans name the backend that made them
+  return impl;
 }
 
 }  // namespace attn

@@ -89,50 +89,38 @@ std::string descriptor_variant(const Platform& p);
 
 namespace attn::mixer {
 
-/// `floats` floats of this thread's buffer number `Slot`, 64-byte aligned (whole zmm lines for
-/// the tile kernels), contents garbage. Grown on demand and kept for the thread's life: a prefill
-/// allocates nothing per chunk or per head, a decode step nothing at all once warm, and the
-/// conv's [T, conv_dim] output (tens of MiB at 2048 tokens) is not page-faulted in afresh on
-/// every call.
-template <int Slot>
-float* thread_buffer(int64_t floats) {
-  constexpr std::size_t kAlign = 64 / sizeof(float);
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < std::size_t(floats) + kAlign) buffer.resize(std::size_t(floats) + kAlign);
-  float* p = buffer.data();
-  return p + (kAlign - (reinterpret_cast<std::uintptr_t>(p) / sizeof(float)) % kAlign) % kAlign;
-}
-/// Scratch private to one task while it runs (the scan's and the conv's).
-inline float* thread_scratch(int64_t floats) { return thread_buffer<0>(floats); }
-/// A forward's own intermediate on the calling thread (the conv output), alive across its tasks.
-inline float* forward_buffer(int64_t floats) { return thread_buffer<1>(floats); }
+/// Tokens per conv task: token ranges are independent (a token's taps read inputs, never
+/// outputs), so a long prefill splits over all threads whatever its width.
+inline constexpr int64_t kConvTokens = 32;
 
-/// Runs scan(t0, len, h0, h1, state, scratch) for every (sequence, block of `block` consecutive
-/// heads) of the batch that has tokens, over OpenMP threads. `state` is head h0's block of
-/// `head_floats` floats in the sequence's slot (heads h0..h1-1 follow it), zeroed first for
-/// sequences without an initial state; `scratch` holds scratch_floats(len) floats private to the
-/// thread (see thread_scratch).
+/// Runs scan(t0, len, h0, h1, state, scratch) for every (sequence, block of plan.head_block
+/// consecutive heads) of the planned batch that has tokens, over the plan's threads. `state` is
+/// head h0's block of `head_floats` floats in the sequence's slot (heads h0..h1-1 follow it),
+/// zeroed first for sequences without an initial state; `scratch` is the thread's block of the
+/// run's workspace (plan.scratch_floats floats).
 template <typename Scratch, typename Scan>
-void for_each_seq_heads(const MixerBatch& md, MambaStateCache& state, int64_t heads, int64_t block, int64_t head_floats,
-                        int threads, Scratch&& scratch_floats, Scan&& scan) {
-  const int64_t blocks = (heads + block - 1) / block;
-  parallel_tasks(int64_t(md.num_seqs) * blocks, threads, [&](int64_t task) {
+void for_each_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t heads, int64_t head_floats,
+                        const Scratch& scratch, Scan&& scan) {
+  const MixerBatch& md = plan.batch;
+  const int64_t block = plan.head_block, blocks = (heads + block - 1) / block;
+  parallel_tasks(int64_t(md.num_seqs) * blocks, plan.threads, [&](int64_t task) {
     const int s = int(task / blocks);
     const int64_t h0 = task % blocks * block, h1 = std::min(heads, h0 + block), len = md.query_len(s);
     if (len == 0) return;
     float* S = state.ssm_slot(md.state_slots[s]) + h0 * head_floats;
     if (!md.has_initial_state[s]) std::fill(S, S + (h1 - h0) * head_floats, 0.0f);
-    scan(md.query_start_loc[s], len, h0, h1, S, thread_scratch(scratch_floats(len)));
+    scan(md.query_start_loc[s], len, h0, h1, S, scratch.mine());
   });
 }
 
-/// for_each_seq_heads one head per task: scan(t0, len, head, state, scratch).
-template <typename Scratch, typename Scan>
-void for_each_seq_head(const MixerBatch& md, MambaStateCache& state, int64_t heads, int64_t head_floats, int threads,
-                       Scratch&& scratch_floats, Scan&& scan) {
-  for_each_seq_heads(md, state, heads, 1, head_floats, threads, scratch_floats,
-                     [&](int64_t t0, int64_t len, int64_t h0, int64_t, float* S, float* scratch) {
-                       scan(t0, len, h0, S, scratch);
+/// for_each_seq_heads with a chunked-form kernel: scan(args, t0, len, h0, h1, plan.chunk_size,
+/// state, scratch) (mamba2, linear, gdn).
+template <typename Scratch, typename ScanFn, typename ScanArgs>
+void scan_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t heads, int64_t head_floats,
+                    const Scratch& scratch, ScanFn* scan, const ScanArgs& args) {
+  for_each_seq_heads(plan, state, heads, head_floats, scratch,
+                     [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* task_scratch) {
+                       scan(args, t0, len, h0, h1, plan.chunk_size, S, task_scratch);
                      });
 }
 

@@ -40,7 +40,7 @@ TensorView MambaStateCache::ssm_state() const {
 }
 
 void MambaStateCache::check_slot(int32_t slot, const char* arg) const {
-  require(slot >= 0 && slot < num_slots_, arg, slot, "a state slot in [0, " + std::to_string(num_slots_) + ")");
+  ATTN_REQUIRE(slot >= 0 && slot < num_slots_, arg, slot, "a state slot in [0, " + std::to_string(num_slots_) + ")");
 }
 
 float* MambaStateCache::conv_slot(int32_t slot) const {

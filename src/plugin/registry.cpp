@@ -171,6 +171,25 @@ void Registry::provide(const std::string& backend, std::function<std::unique_ptr
   throw Error("provide: backend '" + backend + "' is not declared in the core registry");
 }
 
+void Registry::provide_allocator(DeviceKind device, std::shared_ptr<DeviceAllocator> allocator) {
+  require(device == DeviceKind::cuda, "device", "cpu", "cuda (host memory is built in)");
+  require(allocator != nullptr && allocator->device() == device, "allocator", "null or another device's", "a cuda allocator");
+  std::unique_lock lock(mu_);
+  cuda_allocator_ = std::move(allocator);
+}
+
+std::shared_ptr<DeviceAllocator> Registry::allocator(DeviceKind device) {
+  if (device == DeviceKind::cpu) return host_allocator();
+  std::string why = "no backend reads cuda memory";
+  for (const auto& d : backends()) {
+    if (d->device != device) continue;
+    if (!ensure_module(*d, why)) why = "module " + d->module + " not loaded: " + why;
+    std::shared_lock lock(mu_);
+    if (cuda_allocator_) return cuda_allocator_;
+  }
+  throw Error("device=cuda invalid: expected a device with memory (" + why + ")");
+}
+
 std::vector<std::shared_ptr<const BackendDescriptor>> Registry::backends() const {
   std::shared_lock lock(mu_);
   return {backends_.begin(), backends_.end()};

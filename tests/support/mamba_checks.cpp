@@ -9,14 +9,26 @@
 
 namespace attn::test {
 
-namespace {
-
 Buffer poisoned_output(const MixerConfig& c, int64_t T) {
   const bool heads = c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention;
   Buffer out = heads ? Buffer(DType::float32, {T, c.num_heads, c.head_v_dim}) : Buffer(DType::float32, {T, c.out_dim()});
   std::fill_n(static_cast<float*>(out.data()), out.bytes() / 4, NAN);
   return out;
 }
+
+std::vector<SmallMixer> small_mixers() {
+  return {
+      {"mamba1", MixerConfig::from_dims(MambaType::mamba1, {{"d_inner", 40}, {"d_state", 8}, {"d_conv", 4}})},
+      {"mamba2", MixerConfig::from_dims(MambaType::mamba2,
+                                        {{"num_heads", 4}, {"head_dim", 12}, {"d_state", 16}, {"n_groups", 2}, {"d_conv", 4}})},
+      {"short_conv", MixerConfig::from_dims(MambaType::short_conv, {{"d_inner", 24}, {"d_conv", 3}})},
+      {"linear", MixerConfig::from_dims(MambaType::linear_attention, {{"num_heads", 3}, {"head_k_dim", 16}, {"head_v_dim", 12}})},
+      {"gdn", MixerConfig::from_dims(MambaType::gdn_attention,
+                                     {{"num_heads", 4}, {"num_k_heads", 2}, {"head_k_dim", 16}, {"head_v_dim", 12}, {"d_conv", 4}})},
+  };
+}
+
+namespace {
 
 void merge(MixerCheck& r, const MixerCompare& c, const std::string& context) {
   r.worst_ratio = std::max(r.worst_ratio, c.worst_ratio);

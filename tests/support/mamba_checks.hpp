@@ -9,6 +9,16 @@
 
 namespace attn::test {
 
+/// The layer's output buffer for `T` tokens, NaN-poisoned.
+Buffer poisoned_output(const MixerConfig& config, int64_t T);
+
+/// One small layer of every built-in mixer backend (odd widths, several heads and groups).
+struct SmallMixer {
+  std::string backend;
+  MixerConfig config;
+};
+std::vector<SmallMixer> small_mixers();
+
 struct MixerCheck {
   bool ok = true;
   double worst_ratio = 0;  // worst |err| / tolerance over outputs and states

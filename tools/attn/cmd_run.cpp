@@ -76,7 +76,7 @@ struct LayerState {
 struct PhaseTime {
   int64_t tokens = 0;
   double seconds = 0;
-  double plan_seconds = 0;  // attention: planning once per step (included in seconds)
+  double plan_seconds = 0;  // planning once per step (included in seconds)
   json to_json() const {
     json j{{"tokens", tokens}, {"seconds", seconds}, {"tokens_per_s", seconds > 0 ? double(tokens) / seconds : 0.0}};
     if (plan_seconds > 0) j["plan_seconds"] = plan_seconds;
@@ -133,8 +133,8 @@ void print_phase(const char* name, const PhaseTime& total, const KindTime& atten
     const PhaseTime& t = decode ? k->decode : k->prefill;
     const bool attn_kind = k == &attention;
     std::printf("    %-9s %3d layers: %.3f s -> %.0f tokens/s (%s)\n", attn_kind ? "attention" : "mixer", k->layers, t.seconds,
-                t.to_json()["tokens_per_s"].get<double>(), attn_kind ? "plan once per step, write_kv + attend per layer" : "conv + scan, state in place");
-    if (attn_kind) std::printf("      of which planning: %.4f s (%.2f %%)\n", t.plan_seconds, t.seconds > 0 ? 100.0 * t.plan_seconds / t.seconds : 0.0);
+                t.to_json()["tokens_per_s"].get<double>(), attn_kind ? "plan once per step, write_kv + attend per layer" : "plan once per step, conv + scan per layer, state in place");
+    std::printf("      of which planning: %.4f s (%.2f %%)\n", t.plan_seconds, t.seconds > 0 ? 100.0 * t.plan_seconds / t.seconds : 0.0);
   }
 }
 
@@ -186,6 +186,13 @@ int cmd_run(const RunOptions& o) {
   }
   MixerSequences mixer_seqs;
   mixer_seqs.num_seqs = shape.batch;
+  std::vector<std::shared_ptr<const attn::MixerPlan>> mixer_plans;  // this step's, one per distinct mixer layer kind
+  auto mixer_plan_for = [&](const MixerRunner& layer) -> const attn::MixerPlan& {
+    for (const auto& p : mixer_plans)
+      if (layer.shares_plan(*p)) return *p;
+    mixer_plans.push_back(layer.plan(mixer_seqs.md));
+    return *mixer_plans.back();
+  };
   std::vector<LayerState> layers;
   KindTime attention_time, mixer_time;
   for (const auto& l : model.layers) {
@@ -222,14 +229,20 @@ int cmd_run(const RunOptions& o) {
       if (!decode || g->decodes()) g->advance(new_tokens);
     }
     if (mixer_time.layers) mixer_seqs.advance(new_tokens);
+    mixer_plans.clear();
     for (auto& l : layers) {
       if (l.mixer) {
         const attn::MixerConfig& mc = l.mixer->params().config;
         MixerStepInputs in = random_mixer_inputs(mc, mixer_seqs.md.num_tokens, rng);  // outside the timed region
         attn::Buffer out = make_mixer_output(mc, mixer_seqs.md.num_tokens);
+        PhaseTime& time = decode ? mixer_time.decode : mixer_time.prefill;
+        const auto tp = Clock::now();
+        const attn::MixerPlan& mixer_plan = mixer_plan_for(*l.mixer);
+        const double plan_s = seconds_since(tp);
+        time.plan_seconds += plan_s, time.seconds += plan_s;
         const auto t0 = Clock::now();
-        l.mixer->forward(mixer_seqs.md, in, out.view());
-        (decode ? mixer_time.decode : mixer_time.prefill).seconds += seconds_since(t0);
+        l.mixer->run(mixer_plan, in, out.view(), &workspace);
+        time.seconds += seconds_since(t0);
         if (l.index == mixer_rec.layer) {
           mixer_rec.mds.push_back(mixer_seqs.md);
           mixer_rec.inputs.push_back(std::move(in));

@@ -29,11 +29,6 @@ attn::Buffer random_f32(std::vector<int64_t> shape, Rng& rng, float lo, float hi
 /// Floats per token row of a [T, ...] buffer.
 int64_t row_floats(const attn::Buffer& b) { return b.shape()[0] ? b.view().numel() / b.shape()[0] : 0; }
 
-/// Types whose prefill has a chunked form distinct from the recurrence (chunk_size > 0).
-bool chunked_prefill(attn::MambaType t) {
-  return t == attn::MambaType::mamba2 || t == attn::MambaType::linear_attention || t == attn::MambaType::gdn_attention;
-}
-
 attn::TensorView view_or_empty(const attn::Buffer& b) { return b.bytes() ? b.view() : attn::TensorView{}; }
 
 /// |a - b| <= atol + rtol·|b| over n floats; NaN fails. Returns {max |a - b|, index of the first failure or -1}.
@@ -169,6 +164,21 @@ MixerRunner::MixerRunner(const std::string& backend, const attn::MixerParams& pa
   state_ = std::make_unique<attn::MambaStateCache>(params.config, num_slots);
 }
 
+std::shared_ptr<const attn::MixerPlan> MixerRunner::plan(const attn::MixerBatch& md) const {
+  return impl_->plan(md, state_->num_slots());
+}
+
+bool MixerRunner::shares_plan(const attn::MixerPlan& plan) const {
+  const int chunk = params_.config.has_chunked_form() ? params_.chunk_size : 0;
+  return plan.backend == backend_ && plan.config == params_.config && plan.chunk_size == chunk &&
+         plan.num_slots == state_->num_slots() && (params_.num_threads <= 0 || plan.threads == params_.num_threads);
+}
+
+void MixerRunner::run(const attn::MixerPlan& plan, const MixerStepInputs& in, const attn::TensorView& out,
+                      attn::Workspace* workspace) {
+  impl_->run(plan, attn::MixerArgs{in.inputs(), state_.get(), out, workspace});
+}
+
 void MixerRunner::forward(const attn::MixerBatch& md, const MixerStepInputs& in, const attn::TensorView& out) {
   impl_->forward(in.inputs(), *state_, md, out);
 }
@@ -228,7 +238,7 @@ json mixer_spot_check(const MixerRecording& rec, const MixerRunner& layer) {
     if (bad >= 0 && failure.empty()) failure = std::string(which ? "ssm" : "conv") + " state element " + std::to_string(bad);
   }
   const std::string reference =
-      layer.backend() + (chunked_prefill(p.config.type) ? " with chunk_size 0 (sequential recurrence), one token per call"
+      layer.backend() + (p.config.has_chunked_form() ? " with chunk_size 0 (sequential recurrence), one token per call"
                                                         : ", one token per call (prefill state carried token by token)");
   json j{{"layer", rec.layer},
          {"backend", layer.backend()},

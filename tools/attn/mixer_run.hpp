@@ -43,6 +43,12 @@ struct MixerSequences {
 class MixerRunner {
  public:
   MixerRunner(const std::string& backend, const attn::MixerParams& params, int32_t num_slots);
+  /// This step's plan (shared by every layer whose plan_key() is equal).
+  std::shared_ptr<const attn::MixerPlan> plan(const attn::MixerBatch& md) const;
+  /// Layers with equal keys share one plan: same backend, config, chunk size and threads.
+  bool shares_plan(const attn::MixerPlan& plan) const;
+  void run(const attn::MixerPlan& plan, const MixerStepInputs& in, const attn::TensorView& out, attn::Workspace* workspace);
+  /// plan + run (the spot check's one-token calls).
   void forward(const attn::MixerBatch& md, const MixerStepInputs& in, const attn::TensorView& out);
   const attn::MixerParams& params() const { return params_; }
   const std::string& backend() const { return backend_; }

@@ -1,123 +1,86 @@
 #pragma once
-/// cuda_flash's C++ API, for callers that keep the KV cache and activations on the GPU. Link the
-/// module target `attn_cuda` (libattn_cuda.so) to use it; the core only ever dlopens the module.
+/// cuda_flash's C++ side, inside the module libattn_cuda.so (the core only ever dlopens it).
 ///
-/// Two ways in:
-///  - Through the registry, like every backend: `Registry::instance().create("cuda_flash", params)`
-///    returns an AttentionImpl whose write_kv / forward take the core's host `KVCache` and host or
-///    device q / out. The host cache is uploaded on every forward: correct everywhere, made for
-///    tests, `attn check` and small runs, not for serving.
-///  - On the device: allocate a `CudaKVCache` (same spec, layout and strides as the core's
-///    `KVCache`), then call `CudaFlashAttention::write_kv(k, v, gpu_cache, md)` and
-///    `forward(q, gpu_cache, md, out)` with tensors whose `device` is DeviceKind::cuda. Nothing
-///    is copied but the step's metadata (once per distinct BatchMetadata). Work is queued on the
-///    legacy default stream; call `synchronize()` before reading results on the host.
+/// Served like every backend, through the registry and plan / run, with everything on the GPU:
 ///
-/// Device tensors: f16 / bf16, last dimension contiguous, data 16-byte aligned and row strides
-/// multiples of 8 elements (the kernels move 16-byte chunks).
+///   auto gpu = Registry::instance().allocator(DeviceKind::cuda);   // loads the module
+///   KVCache cache(spec, gpu);                                       // device-resident, zeroed
+///   auto impl = Registry::instance().create("cuda_flash", params);
+///   auto plan = impl->plan(md, cache.spec());     // validates md, uploads it once, sizes the grid
+///   Workspace ws(gpu);                            // split-KV partials, reused across layers
+///   impl->run(*plan, {.q = dq, .out = dout, .cache = &cache, .new_k = dk, .new_v = dv, .workspace = &ws});
+///
+/// Nothing is copied per layer: the plan holds the step's metadata (and slot mapping) on the
+/// device. Work is queued on the legacy default stream; CudaFlashAttention::synchronize() (or any
+/// blocking copy) before reading results on the host.
+///
+/// Device tensors: q / out f16 / bf16 with `device` = DeviceKind::cuda, last dimension
+/// contiguous, q 16-byte aligned with row strides multiples of 8 elements (16-byte loads).
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "attn/backend.hpp"
+#include "attn/device.hpp"
 #include "attn/kv_cache.hpp"
 
 namespace attn::cuda_flash {
 
-/// Device memory from cudaMalloc, released on destruction. Grows, never shrinks.
-class DeviceBuffer {
+/// GPU memory through cudaMalloc / cudaMemcpy: what the module provides as the cuda allocator.
+class CudaAllocator final : public DeviceAllocator {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) { reserve(bytes); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; o.bytes_ = 0; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
-  /// Makes room for `bytes` (contents are lost when it reallocates).
-  void reserve(std::size_t bytes);
-  void* data() const { return data_; }
-  template <typename T> T* as() const { return static_cast<T*>(data_); }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
+  DeviceKind device() const override { return DeviceKind::cuda; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) noexcept override;
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
+  void memset(void* dst, int byte, std::size_t bytes) override;
 };
+/// The module's allocator (one per process).
+std::shared_ptr<DeviceAllocator> cuda_allocator();
 
-/// One layer's paged KV cache in GPU memory: the byte layout of attn::KVCache with the same spec
-/// (NHD or HND), so a host cache uploads 1:1. Scales live on the device too.
-class CudaKVCache {
- public:
-  explicit CudaKVCache(const KVCacheSpec& spec);
-  const KVCacheSpec& spec() const { return spec_; }
-  /// Strides as KVCache::view(); `base`, `k_scales` and `v_scales` are device pointers.
-  PagedKV view() const;
-  std::size_t bytes() const { return bytes_; }
-  void* data() const { return storage_.data(); }
-
-  /// Quantization scales, as KVCache::set_scales (one value per tensor or one per KV head).
-  void set_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales);
-  const std::vector<float>& k_scales() const { return k_scales_; }
-  const std::vector<float>& v_scales() const { return v_scales_; }
-
-  /// Copies a host cache of the same spec (bytes and scales) to the device, and back.
-  void upload(const KVCache& host);
-  void download(KVCache& host) const;
-  /// Fills every byte with `byte` (0xFF poisons 16-bit caches with NaN; tests).
-  void fill_bytes(int byte);
-
- private:
-  KVCacheSpec spec_;
-  std::size_t bytes_ = 0;
-  DeviceBuffer storage_;
-  DeviceBuffer scales_;  // [2, num_kv_heads]: k then v
-  std::vector<float> k_scales_, v_scales_;
-};
-
-/// The cuda_flash implementation of one layer.
+/// The cuda_flash implementation of one layer. run() is const and keeps no state: several
+/// threads may run different layers under one plan (one device Workspace each).
 class CudaFlashAttention final : public AttentionImpl {
  public:
   explicit CudaFlashAttention(const LayerParams& params);
   ~CudaFlashAttention() override;
 
-  /// Device path: k, v [num_tokens, num_kv_heads, head_size] on the GPU (f32 / f16 / bf16).
-  void write_kv(const TensorView& k, const TensorView& v, CudaKVCache& cache, const BatchMetadata& md);
-  /// Device path: q [num_tokens, num_heads, head_size] → out (same shape and dtype), on the GPU.
-  void forward(const TensorView& q, const CudaKVCache& cache, const BatchMetadata& md, const TensorView& out);
-
-  /// Host-cache path (the AttentionImpl interface): see the file comment. Runs of one layer
-  /// object are serialized (the host path keeps a device mirror and staging per layer).
-  using AttentionImpl::forward;
-  void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const override;
+  /// Validates the step's metadata against the cache geometry, chooses which sequences decode
+  /// and how many KV splits they take, and uploads the packed metadata once (a CudaStepPlan).
+  std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& cache) const override;
   RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
+  /// k, v [num_tokens, num_kv_heads, head_size] on the GPU (f32 / f16 / bf16) into a device
+  /// cache; host k / v into a host cache (filled on the host, then KVCache::copy_from to the GPU).
+  void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const override;
   std::string variant() const override;
 
   /// Waits for the queued work and reports any asynchronous kernel error as attn::Error.
   void synchronize() const;
-  /// Splits the last forward used for its decode sequences (tests, benchmarks).
-  int last_decode_splits() const { return last_decode_splits_; }
 
  private:
-  struct Plan;
-  void upload_metadata(const BatchMetadata& md);
-  void forward_host(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out);
-
-  std::mutex host_path_;
   int sm_count_ = 1;
   std::string variant_;
-  DeviceBuffer sinks_;
-  DeviceBuffer metadata_;        // packed int32 arrays of the current step
-  std::vector<int32_t> packed_;  // host copy of what metadata_ holds
-  std::unique_ptr<Plan> plan_;
-  DeviceBuffer partial_o_, partial_lse_;
-  DeviceBuffer slots_;
-  // Host-cache path: a device mirror of the cache and staging for host q / out.
-  std::unique_ptr<CudaKVCache> mirror_;
-  DeviceBuffer stage_q_, stage_out_;
-  int last_decode_splits_ = 0;
+  DeviceMemory sinks_;
+};
+
+/// cuda_flash's plan of one step: the launch lists and split-KV choice, with the packed
+/// metadata already on the device.
+class CudaStepPlan final : public StepPlan {
+ public:
+  using StepPlan::StepPlan;
+  std::size_t workspace_bytes() const override;
+  std::string to_string() const override;
+
+  int decode_count = 0, prefill_count = 0;
+  int max_prefill_rows = 0;
+  int decode_splits = 1, split_tokens = 0;
+  int heads = 0, head_size = 0;
+  // Offsets (in int32 elements) of each packed array in `device_metadata`; slot_mapping is int64.
+  std::size_t off_qsl = 0, off_seq_lens = 0, off_table = 0, off_token_seq = 0, off_splits = 0, off_decode = 0,
+              off_prefill = 0;
+  DeviceMemory device_metadata;  // packed int32 arrays
+  DeviceMemory slot_mapping;  // int64 [num_tokens], for run's write of new K/V
 };
 
 }  // namespace attn::cuda_flash

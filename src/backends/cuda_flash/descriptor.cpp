@@ -61,6 +61,7 @@ BackendDescriptor cuda_flash_descriptor() {
   d.priority = 10;
   d.preferred_block_size = 16;
   d.kv_layout = KVLayout::NHD;
+  d.device = DeviceKind::cuda;  // caches, q / out and workspaces in GPU memory (Registry::allocator)
   d.module = "attn_cuda";
   d.extra_checks = cuda_flash_extra_checks;
   d.variant = cuda_flash_variant;

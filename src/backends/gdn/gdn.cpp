@@ -15,8 +15,9 @@ class GdnImpl final : public MixerImpl {
  public:
   using MixerImpl::MixerImpl;
 
-  void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) override {
-    check_common(state, md, out);
+  void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,
+                   const Scratch& scratch) const override {
+    const MixerBatch& md = plan.batch;
     const MixerConfig& c = params_.config;
     const int64_t T = md.num_tokens, H = c.num_heads, dk = c.head_k_dim, dv = c.head_v_dim, CD = c.conv_dim();
     mixer::check_input(in.x, "qkv (x)", {T, CD});
@@ -24,25 +25,27 @@ class GdnImpl final : public MixerImpl {
     mixer::check_input(in.b, "b", {T, H});
     const float* qkv = in.x.ptr<const float>();
     if (!in.x_is_convolved) {
-      float* conv_out = mixer::forward_buffer(T * CD);
-      conv(in.x, state, md, TensorView::contiguous(conv_out, DType::float32, {T, CD}));
-      qkv = conv_out;
+      run_conv(plan, qkv, state, scratch.buffer, scratch);
+      qkv = scratch.buffer;
     }
     const mixer::GdnScan args{qkv, in.dt.ptr<const float>(), in.b.ptr<const float>(), params_.A.data(),
                               params_.dt_bias.empty() ? nullptr : params_.dt_bias.data(), out.ptr<float>(),
                               params_.effective_scale(), H, c.num_k_heads, dk, dv, CD};
     auto scan = use_avx512() ? mixer::avx512::gdn_scan : mixer::generic::gdn_scan;
+    mixer::scan_seq_heads(plan, state, H, dk * dv, scratch, scan, args);
+  }
+
+ protected:
+  // Value heads of one key head share its normalised q, k and their products: a task takes up
+  // to 8 of them so each chunk's K·Kᵀ and Q·Kᵀ are built once for all of them.
+  int64_t plan_head_block(int32_t num_seqs, int threads) const override {
+    const MixerConfig& c = params_.config;
+    return mixer::shared_head_block(c.num_heads / c.num_k_heads, 8, int64_t(num_seqs) * c.num_heads, threads);
+  }
+  int64_t scan_scratch_floats(int64_t len, int64_t block) const override {
     const int64_t L = params_.chunk_size;
-    // Value heads of one key head share its normalised q, k and their products: a task takes up
-    // to 8 of them so each chunk's K·Kᵀ and Q·Kᵀ are built once for all of them.
-    const int64_t block =
-        mixer::shared_head_block(H / c.num_k_heads, 8, int64_t(md.num_seqs) * H, params_.num_threads);
-    mixer::for_each_seq_heads(
-        md, state, H, block, dk * dv, params_.num_threads,
-        [&](int64_t len) { return mixer::gdn_scratch_floats(len > 1 && L > 0 ? std::min(L, len) : 0, block, dk, dv); },
-        [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* scratch) {
-          scan(args, t0, len, h0, h1, L, S, scratch);
-        });
+    const MixerConfig& c = params_.config;
+    return mixer::gdn_scratch_floats(len > 1 && L > 0 ? std::min<int64_t>(L, len) : 0, block, c.head_k_dim, c.head_v_dim);
   }
 };
 

@@ -14,8 +14,9 @@ class LinearImpl final : public MixerImpl {
  public:
   using MixerImpl::MixerImpl;
 
-  void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) override {
-    check_common(state, md, out);
+  void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,
+                   const Scratch& scratch) const override {
+    const MixerBatch& md = plan.batch;
     const MixerConfig& c = params_.config;
     const int64_t T = md.num_tokens, H = c.num_heads, dk = c.head_k_dim, dv = c.head_v_dim;
     mixer::check_input(in.x, "q (x)", {T, H, dk});
@@ -24,16 +25,20 @@ class LinearImpl final : public MixerImpl {
     const mixer::LinearScan args{in.x.ptr<const float>(), in.k.ptr<const float>(), in.v.ptr<const float>(),
                                  params_.A.data(), out.ptr<float>(), params_.effective_scale(), H, dk, dv};
     auto scan = use_avx512() ? mixer::avx512::linear_scan : mixer::generic::linear_scan;
+    mixer::scan_seq_heads(plan, state, H, dk * dv, scratch, scan, args);
+  }
+
+ protected:
+  // Heads share nothing here, but adjacent heads' q, k, v slices of a token row are adjacent:
+  // a task takes up to 4 (four 36 KiB states at 96 × 96) so its rows stream in whole lines.
+  int64_t plan_head_block(int32_t num_seqs, int threads) const override {
+    const int64_t H = params_.config.num_heads;
+    return mixer::shared_head_block(H, 4, int64_t(num_seqs) * H, threads);
+  }
+  int64_t scan_scratch_floats(int64_t len, int64_t block) const override {
     const int64_t L = params_.chunk_size;
-    // Heads share nothing here, but adjacent heads' q, k, v slices of a token row are adjacent:
-    // a task takes up to 4 (four 36 KiB states at 96 × 96) so its rows stream in whole lines.
-    const int64_t block = mixer::shared_head_block(H, 4, int64_t(md.num_seqs) * H, params_.num_threads);
-    mixer::for_each_seq_heads(
-        md, state, H, block, dk * dv, params_.num_threads,
-        [&](int64_t len) { return len > 1 && L > 0 ? mixer::linear_scratch_floats(std::min(L, len), block, dk, dv) : 0; },
-        [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* scratch) {
-          scan(args, t0, len, h0, h1, L, S, scratch);
-        });
+    const MixerConfig& c = params_.config;
+    return len > 1 && L > 0 ? mixer::linear_scratch_floats(std::min<int64_t>(L, len), block, c.head_k_dim, c.head_v_dim) : 0;
   }
 };
 

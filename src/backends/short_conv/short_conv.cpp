@@ -12,8 +12,9 @@ class ShortConvImpl final : public MixerImpl {
  public:
   using MixerImpl::MixerImpl;
 
-  void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) override {
-    check_common(state, md, out);
+  void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,
+                   const Scratch& scratch) const override {
+    const MixerBatch& md = plan.batch;
     const int64_t T = md.num_tokens, D = params_.config.d_inner;
     float* bx_buf = nullptr;
     const float* bcx = nullptr;
@@ -24,18 +25,18 @@ class ShortConvImpl final : public MixerImpl {
     } else {
       mixer::check_input(in.x, "BCx (x)", {T, 3 * D});
       bcx = in.x.ptr<const float>();
-      bx_buf = mixer::forward_buffer(T * D);
-      mixer::parallel_tasks(T, params_.num_threads, [&](int64_t t) {
+      bx_buf = scratch.buffer;
+      mixer::parallel_tasks(T, plan.threads, [&](int64_t t) {
         const float* row = bcx + t * 3 * D;
 #pragma omp simd
         for (int64_t i = 0; i < D; ++i) bx_buf[t * D + i] = row[i] * row[2 * D + i];
       });
       // conv writes its output straight into `out`; the gate then scales it in place.
-      conv(TensorView::contiguous(bx_buf, DType::float32, {T, D}), state, md, out);
+      run_conv(plan, bx_buf, state, out.ptr<float>(), scratch);
     }
     float* y = out.ptr<float>();
     const float* conv_out = in.x_is_convolved ? in.x.ptr<const float>() : y;
-    mixer::parallel_tasks(T, params_.num_threads, [&](int64_t t) {
+    mixer::parallel_tasks(T, plan.threads, [&](int64_t t) {
       const float* gate = bcx ? bcx + t * 3 * D + D : in.C.ptr<const float>() + t * D;
 #pragma omp simd
       for (int64_t i = 0; i < D; ++i) y[t * D + i] = gate[i] * conv_out[t * D + i];

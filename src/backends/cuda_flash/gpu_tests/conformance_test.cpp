@@ -1,5 +1,5 @@
-// cuda_flash on a GPU against the fp64 reference (tests/support), through the same registry path
-// every caller uses, plus the device-resident path (CudaKVCache). Without a usable device every
+// cuda_flash on a GPU against the fp64 reference (tests/support), through the registry and
+// plan / run over device-resident KVCaches (Registry::allocator). Without a usable device every
 // test skips with the module's own reason.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,39 @@ namespace {
 using test::CaseSpec;
 using test::SeqShape;
 
-void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  ASSERT_EQ(cudaMemcpy(dst, src, bytes, kind), cudaSuccess);
+std::shared_ptr<DeviceAllocator> gpu() { return Registry::instance().allocator(DeviceKind::cuda); }
+
+// A device copy of a host buffer, and a view of it as a CUDA tensor of the buffer's shape.
+struct DeviceTensor {
+  DeviceMemory mem;
+  TensorView view;
+  explicit DeviceTensor(const Buffer& host) : mem(gpu(), host.bytes()), view(host.view()) {
+    gpu()->copy(mem.data(), host.data(), host.bytes(), CopyKind::host_to_device);
+    view.data = mem.data();
+    view.device = DeviceKind::cuda;
+  }
+};
+
+// Runs a prepared case (host cache written through the backend's write_kv) the way a server
+// does: the cache copied once to a device KVCache, q / out on the GPU, plan then run through
+// the registry's AttentionImpl. The output comes back into c.out; returns the plan.
+std::shared_ptr<const StepPlan> run_on_gpu(test::Case& c) {
+  KVCache cache(c.cache->spec(), gpu());
+  cache.copy_from(*c.cache);
+  DeviceTensor q(c.q), out(c.out);
+  Workspace ws(gpu());
+  auto plan = c.impl->plan(c.md, cache.spec());
+  ForwardArgs args;
+  args.q = q.view, args.out = out.view, args.cache = &cache, args.workspace = &ws;
+  c.impl->run(*plan, args);
+  gpu()->copy(c.out.data(), out.mem.data(), c.out.bytes(), CopyKind::device_to_host);  // waits for the kernels
+  return plan;
+}
+
+test::CompareResult check_on_gpu(const CaseSpec& spec) {
+  test::Case c = test::make_case(spec, "cuda_flash");
+  run_on_gpu(c);
+  return test::compare_output(c, test::reference_attention(c));
 }
 
 class CudaFlashGpu : public ::testing::Test {
@@ -44,7 +75,7 @@ LayerConfig layer(int heads, int kv_heads, int head_size, DType dtype, KVCacheDT
 std::vector<SeqShape> mixed_batch() { return {{0, 1}, {40, 1}, {577, 1}, {15, 17}, {0, 97}, {33, 7}, {16, 1}, {250, 64}}; }
 
 void expect_matches(const CaseSpec& spec) {
-  const auto r = test::check_backend(spec, "cuda_flash");
+  const auto r = check_on_gpu(spec);
   EXPECT_TRUE(r.ok) << spec.describe() << "\n" << spec.config.to_string() << "\n" << r.message;
 }
 
@@ -116,71 +147,58 @@ TEST_F(CudaFlashGpu, LongDecodeSplitsAndMergesDeterministically) {
   s.seqs = {{5000, 1}};
   s.seed = test::fresh_seed();
   auto c = test::make_case(s, "cuda_flash");
-  test::run_forward(c);
+  const auto plan = run_on_gpu(c);
   auto r = test::compare_output(c, test::reference_attention(c));
   EXPECT_TRUE(r.ok) << s.describe() << "\n" << r.message;
-  auto* impl = dynamic_cast<cuda_flash::CudaFlashAttention*>(c.impl.get());
-  ASSERT_NE(impl, nullptr);
-  EXPECT_GT(impl->last_decode_splits(), 1) << "a single long sequence should be split over the SMs";
+  const auto* cuda_plan = dynamic_cast<const cuda_flash::CudaStepPlan*>(plan.get());
+  ASSERT_NE(cuda_plan, nullptr);
+  EXPECT_GT(cuda_plan->decode_splits, 1) << "a single long sequence should be split over the SMs: " << plan->to_string();
   const Buffer first(c.out.dtype(), c.out.shape());
   std::memcpy(first.data(), c.out.data(), c.out.bytes());
-  test::run_forward(c);
+  run_on_gpu(c);
   EXPECT_EQ(std::memcmp(first.data(), c.out.data(), c.out.bytes()), 0) << "repeated runs must be bitwise equal";
 }
 
-// The device-resident path: write_kv on the GPU produces the host cache's bytes, and forward
-// over the CudaKVCache gives the host path's output bit for bit.
-TEST_F(CudaFlashGpu, DevicePathMatchesHostPath) {
+// New K/V written by run (ForwardArgs::new_k / new_v) store what KVCache::write stores, and one
+// plan serves two layers: each layer's output equals its own one-call run.
+TEST_F(CudaFlashGpu, RunWritesNewKvAndOnePlanServesTwoLayers) {
   for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3}) {
     CaseSpec s;
     s.config = layer(8, 2, 128, DType::bfloat16, kv);
     s.seqs = mixed_batch();
     s.seed = test::fresh_seed();
     auto c = test::make_case(s, "cuda_flash");
-    test::run_forward(c);
-    auto* impl = dynamic_cast<cuda_flash::CudaFlashAttention*>(c.impl.get());
-    ASSERT_NE(impl, nullptr);
-
-    // Re-write every position's K/V on the device from the host cache's dequantized content is
-    // not possible for fp8 (lossy twice), so compare write_kv on the new tokens only: the host
-    // cache after its write is the expected state.
-    cuda_flash::CudaKVCache gpu(c.cache->spec());
-    gpu.upload(*c.cache);
     const auto& cfg = s.config;
     const int T = c.md.num_tokens;
     Buffer k(cfg.dtype, {T, cfg.num_kv_heads, cfg.head_size}), v(cfg.dtype, {T, cfg.num_kv_heads, cfg.head_size});
-    KVCache host_copy(c.cache->spec());
-    gpu.download(host_copy);  // the same bytes and scales as c.cache
     for (int64_t i = 0; i < k.view().numel(); ++i) {
       store_from_float(k.data(), k.dtype(), i, 0.01f * float(i % 97) - 0.4f);
       store_from_float(v.data(), v.dtype(), i, 0.02f * float(i % 89) - 0.7f);
     }
-    host_copy.write(k.view(), v.view(), c.md);
-    cuda_flash::DeviceBuffer dk(k.bytes()), dv(v.bytes()), dq(c.q.bytes()), dout(c.out.bytes());
-    copy(dk.data(), k.data(), k.bytes(), cudaMemcpyHostToDevice);
-    copy(dv.data(), v.data(), v.bytes(), cudaMemcpyHostToDevice);
-    TensorView kd = k.view(), vd = v.view();
-    kd.data = dk.data();
-    vd.data = dv.data();
-    kd.device = vd.device = DeviceKind::cuda;
-    impl->write_kv(kd, vd, gpu, c.md);
-    KVCache back(c.cache->spec());
-    gpu.download(back);
-    EXPECT_EQ(std::memcmp(back.data(), host_copy.data(), back.bytes()), 0)
-        << "device write_kv must store what KVCache::write stores (" << to_string(kv) << ")";
+    KVCache want(c.cache->spec());
+    want.copy_from(*c.cache);
+    want.write(k.view(), v.view(), c.md);
 
-    // Forward on the device over the original cache content.
-    gpu.upload(*c.cache);
-    copy(dq.data(), c.q.data(), c.q.bytes(), cudaMemcpyHostToDevice);
-    TensorView qd = c.q.view(), od = c.out.view();
-    qd.data = dq.data();
-    od.data = dout.data();
-    qd.device = od.device = DeviceKind::cuda;
-    impl->forward(qd, gpu, c.md, od);
-    impl->synchronize();
-    Buffer out(c.out.dtype(), c.out.shape());
-    copy(out.data(), dout.data(), out.bytes(), cudaMemcpyDeviceToHost);
-    EXPECT_EQ(std::memcmp(out.data(), c.out.data(), out.bytes()), 0) << "device path differs from the host path";
+    KVCache layer0(c.cache->spec(), gpu()), layer1(c.cache->spec(), gpu());
+    layer0.copy_from(*c.cache);
+    layer1.copy_from(want);
+    DeviceTensor q(c.q), out0(c.out), out1(c.out), dk(k), dv(v);
+    Workspace ws(gpu());
+    const auto plan = c.impl->plan(c.md, layer0.spec());
+    ForwardArgs a0;
+    a0.q = q.view, a0.out = out0.view, a0.cache = &layer0, a0.new_k = dk.view, a0.new_v = dv.view, a0.workspace = &ws;
+    ForwardArgs a1;
+    a1.q = q.view, a1.out = out1.view, a1.cache = &layer1, a1.workspace = &ws;
+    c.impl->run(*plan, a0);
+    c.impl->run(*plan, a1);
+    KVCache back(c.cache->spec());
+    back.copy_from(layer0);
+    EXPECT_EQ(std::memcmp(back.data(), want.data(), back.bytes()), 0)
+        << "run's write of new K/V must store what KVCache::write stores (" << to_string(kv) << ")";
+    Buffer o0(c.out.dtype(), c.out.shape()), o1(c.out.dtype(), c.out.shape());
+    gpu()->copy(o0.data(), out0.mem.data(), o0.bytes(), CopyKind::device_to_host);
+    gpu()->copy(o1.data(), out1.mem.data(), o1.bytes(), CopyKind::device_to_host);
+    EXPECT_EQ(std::memcmp(o0.data(), o1.data(), o0.bytes()), 0) << "write-then-attend differs from attending the written cache";
   }
 }
 
@@ -188,33 +206,30 @@ TEST_F(CudaFlashGpu, BadInputsAreErrorsNotCrashes) {
   LayerParams p;
   p.config = layer(8, 2, 128, DType::bfloat16);
   auto impl = Registry::instance().create("cuda_flash", p);
-  auto* cf = dynamic_cast<cuda_flash::CudaFlashAttention*>(impl.get());
-  ASSERT_NE(cf, nullptr);
-  KVCacheSpec spec;
-  spec.num_blocks = 4;
-  spec.block_size = 16;
-  spec.num_kv_heads = 2;
-  spec.head_size = 128;
-  cuda_flash::CudaKVCache gpu(spec);
+  KVCacheSpec spec = Registry::instance().find("cuda_flash")->cache_spec(p.config, 4, 16);
+  KVCache cache(spec, gpu()), host_cache(spec);
   auto md = BatchMetadata::build({{0, 3, {0}}}, 16, 4);
   Buffer q(DType::bfloat16, {3, 8, 128}), out(DType::bfloat16, {3, 8, 128});
-  // Host q on the device path.
-  EXPECT_THROW(cf->forward(q.view(), gpu, md, out.view()), Error);
-  // Block id out of range.
-  md.block_table[0] = 9;
-  cuda_flash::DeviceBuffer dq(q.bytes()), dout(out.bytes());
-  TensorView qd = q.view(), od = out.view();
-  qd.data = dq.data();
-  od.data = dout.data();
-  qd.device = od.device = DeviceKind::cuda;
-  EXPECT_THROW(cf->forward(qd, gpu, md, od), Error);
-  // Wrong head count in q.
-  md.block_table[0] = 0;
+  DeviceTensor dq(q), dout(out);
+  auto error_of = [&](const BatchMetadata& m, const TensorView& qv, KVCache& kvc) {
+    try {
+      ForwardArgs a;
+      a.q = qv, a.out = dout.view, a.cache = &kvc;
+      impl->forward(m, a);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Host q, a host cache, a block id out of range, a wrong head count.
+  EXPECT_NE(error_of(md, q.view(), cache).find("q.device"), std::string::npos);
+  EXPECT_NE(error_of(md, dq.view, host_cache).find("cache.device"), std::string::npos);
+  BatchMetadata bad = md;
+  bad.block_table[0] = 9;
+  EXPECT_NE(error_of(bad, dq.view, cache).find("block_table"), std::string::npos);
   Buffer q_bad(DType::bfloat16, {3, 4, 128});
-  TensorView qb = q_bad.view();
-  qb.data = dq.data();
-  qb.device = DeviceKind::cuda;
-  EXPECT_THROW(cf->forward(qb, gpu, md, od), Error);
+  DeviceTensor dq_bad(q_bad);
+  EXPECT_NE(error_of(md, dq_bad.view, cache).find("q.shape"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// CudaFlashAttention: validation at the boundary, the per-step plan (which sequences decode,
-// how many KV splits), metadata upload, and the three launches (decode, prefill, merge).
+// CudaFlashAttention: plan (validation once per step, which sequences decode, how many KV splits,
+// the metadata upload) and run (boundary checks, write of new K/V, the three launches: decode,
+// prefill, merge), over a device-resident KVCache.
 #include <algorithm>
 
 #include "backends/cuda_flash/cuda_flash.hpp"
@@ -27,32 +28,69 @@ ElemKind elem_kind(DType d, const char* arg) {
 // kernels' vector loads.
 void check_device_tensor(const TensorView& t, const char* arg, std::initializer_list<DType> dtypes,
                          std::initializer_list<int64_t> extents, bool vector_loads) {
-  require(t.device == DeviceKind::cuda, std::string(arg) + ".device", "cpu", "a CUDA tensor");
+  ATTN_REQUIRE(t.device == DeviceKind::cuda, std::string(arg) + ".device", "cpu", "a CUDA tensor");
   TensorView shape_only = t;
   shape_only.device = DeviceKind::cpu;
   check_tensor(shape_only, arg, 3, dtypes, extents);
   if (vector_loads) {
-    require(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, std::string(arg) + ".data", t.data, "16-byte aligned");
-    require(t.strides[0] % 8 == 0 && t.strides[1] % 8 == 0, std::string(arg) + ".strides",
-            std::to_string(t.strides[0]) + "," + std::to_string(t.strides[1]), "multiples of 8 elements");
+    ATTN_REQUIRE(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, std::string(arg) + ".data", t.data, "16-byte aligned");
+    ATTN_REQUIRE(t.strides[0] % 8 == 0 && t.strides[1] % 8 == 0, std::string(arg) + ".strides",
+                 std::to_string(t.strides[0]) + "," + std::to_string(t.strides[1]), "multiples of 8 elements");
   }
 }
 
+// Launch parameters of write_kv for new k / v into a device cache (slot_mapping on the device).
+WriteKVParams write_params(const TensorView& k, const TensorView& v, const PagedKV& kv, const int64_t* slots,
+                           int num_tokens, const LayerConfig& c) {
+  WriteKVParams w;
+  w.k = k.data;
+  w.v = v.data;
+  w.k_stride_t = k.strides[0];
+  w.k_stride_h = k.strides[1];
+  w.v_stride_t = v.strides[0];
+  w.v_stride_h = v.strides[1];
+  w.src_kind = elem_kind(k.dtype, "k");
+  w.slot_mapping = slots;
+  w.kv = kv.base;
+  w.block_stride = kv.block_stride;
+  w.token_stride = kv.token_stride;
+  w.head_stride = kv.head_stride;
+  w.v_offset = kv.v_offset;
+  w.block_size = kv.block_size;
+  w.k_scales = kv.k_scales;
+  w.v_scales = kv.v_scales;
+  w.num_tokens = num_tokens;
+  w.num_kv_heads = c.num_kv_heads;
+  w.head_size = c.head_size;
+  return w;
+}
+
+void check_new_kv(const TensorView& k, const TensorView& v, int64_t num_tokens, const LayerConfig& c) {
+  const auto dtypes = {DType::float32, DType::float16, DType::bfloat16};
+  check_device_tensor(k, "k", dtypes, {num_tokens, c.num_kv_heads, c.head_size}, false);
+  check_device_tensor(v, "v", dtypes, {num_tokens, c.num_kv_heads, c.head_size}, false);
+  ATTN_REQUIRE(v.dtype == k.dtype, "v.dtype", to_string(v.dtype), std::string(to_string(k.dtype)) + " (k's dtype)");
+}
+
+const char* device_name(DeviceKind d) { return d == DeviceKind::cuda ? "cuda" : "cpu"; }
+
 }  // namespace
 
-// What one step's metadata turns into: the launch lists and the split-KV choice, plus where
-// each array sits in the packed int32 upload.
-struct CudaFlashAttention::Plan {
-  int num_seqs = 0, num_tokens = 0;
-  int decode_count = 0, prefill_count = 0;
-  int max_prefill_rows = 0;
-  int decode_splits = 1, split_tokens = kDecodeTileTokens;
-  std::size_t off_qsl = 0, off_seq_lens = 0, off_table = 0, off_token_seq = 0, off_splits = 0, off_decode = 0,
-              off_prefill = 0;
-};
 
-CudaFlashAttention::CudaFlashAttention(const LayerParams& params)
-    : AttentionImpl("cuda_flash", params), plan_(std::make_unique<Plan>()) {
+std::size_t CudaStepPlan::workspace_bytes() const {
+  // Split-KV partials: [splits, tokens, heads, head_size] outputs + [splits, tokens, heads] LSEs.
+  const std::size_t splits = std::size_t(std::max(decode_splits, 1));
+  const std::size_t rows = std::size_t(metadata().num_tokens) * std::size_t(heads);
+  return splits * rows * (std::size_t(head_size) + 1) * sizeof(float);
+}
+
+std::string CudaStepPlan::to_string() const {
+  return StepPlan::to_string() + "; " + std::to_string(decode_count) + " decode seqs x " + std::to_string(decode_splits) +
+         " KV splits of " + std::to_string(split_tokens) + " tokens, " + std::to_string(prefill_count) +
+         " prefill seqs (max " + std::to_string(max_prefill_rows) + " query rows per CTA)";
+}
+
+CudaFlashAttention::CudaFlashAttention(const LayerParams& params) : AttentionImpl("cuda_flash", params, DeviceKind::cuda) {
   params_.validate();
   const LayerConfig& c = params_.config;
   require(c.dtype == DType::float16 || c.dtype == DType::bfloat16, "dtype", to_string(c.dtype), "float16 or bfloat16");
@@ -67,7 +105,7 @@ CudaFlashAttention::CudaFlashAttention(const LayerParams& params)
   check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   variant_ = "sm_" + std::to_string(prop.major * 10 + prop.minor) + " mma.sync (" + prop.name + ")";
   if (c.has_sink) {
-    sinks_.reserve(params_.sinks.size() * sizeof(float));
+    sinks_ = DeviceMemory(cuda_allocator(), params_.sinks.size() * sizeof(float));
     check_cuda(cudaMemcpy(sinks_.data(), params_.sinks.data(), params_.sinks.size() * sizeof(float), cudaMemcpyHostToDevice),
                "cudaMemcpy(sinks)");
   }
@@ -79,11 +117,16 @@ std::string CudaFlashAttention::variant() const { return variant_; }
 
 void CudaFlashAttention::synchronize() const { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (kernels)"); }
 
-void CudaFlashAttention::upload_metadata(const BatchMetadata& md) {
+std::shared_ptr<const StepPlan> CudaFlashAttention::plan(const BatchMetadata& md, const KVCacheSpec& cache) const {
+  check_plan_args(params_, md, cache);
   const LayerConfig& c = params_.config;
-  Plan p;
-  p.num_seqs = md.num_seqs;
-  p.num_tokens = md.num_tokens;
+  require(cache.layout == KVLayout::NHD || cache.layout == KVLayout::HND, "cache.layout", to_string(cache.layout),
+          "NHD or HND (cuda_flash keeps no MLA cache)");
+  require(md.num_seqs <= 65535, "md.num_seqs", md.num_seqs, "<= 65535 (one grid dimension)");
+  auto p = std::make_shared<CudaStepPlan>(backend_, c, md, cache);
+  p->heads = c.num_heads;
+  p->head_size = c.head_size;
+  p->split_tokens = kDecodeTileTokens;
   const int group = c.num_heads / c.num_kv_heads;
   const int heads_per_cta = std::min(group, kMaxHeadsPerCta);
   const int slices = (group + heads_per_cta - 1) / heads_per_cta;
@@ -96,82 +139,88 @@ void CudaFlashAttention::upload_metadata(const BatchMetadata& md) {
       max_decode_len = std::max(max_decode_len, md.seq_lens[s]);
     } else if (q > 1) {
       prefill.push_back(s);
-      p.max_prefill_rows = std::max(p.max_prefill_rows, q * heads_per_cta);
+      p->max_prefill_rows = std::max(p->max_prefill_rows, q * heads_per_cta);
     }
   }
-  p.decode_count = int(decode.size());
-  p.prefill_count = int(prefill.size());
+  p->decode_count = int(decode.size());
+  p->prefill_count = int(prefill.size());
   // Flash-decoding: enough (split × sequence × head slice) CTAs to fill every SM about four
   // times, each split a whole number of tiles; the split count depends only on the batch, so
   // results are reproducible run to run.
-  if (p.decode_count > 0 && max_decode_len > 0) {
-    const int base = p.decode_count * c.num_kv_heads * slices;
+  if (p->decode_count > 0 && max_decode_len > 0) {
+    const int base = p->decode_count * c.num_kv_heads * slices;
     const int tiles = (max_decode_len + kDecodeTileTokens - 1) / kDecodeTileTokens;
     const int want = std::clamp((4 * sm_count_ + base - 1) / base, 1, std::min(kMaxSplits, tiles));
     const int per_split_tiles = (tiles + want - 1) / want;
-    p.split_tokens = per_split_tiles * kDecodeTileTokens;
-    p.decode_splits = (tiles + per_split_tiles - 1) / per_split_tiles;
+    p->split_tokens = per_split_tiles * kDecodeTileTokens;
+    p->decode_splits = (tiles + per_split_tiles - 1) / per_split_tiles;
   }
   std::vector<int32_t> token_seq(std::size_t(md.num_tokens)), seq_splits(std::size_t(md.num_seqs));
   for (int s = 0; s < md.num_seqs; ++s) {
     const int q = md.query_len(s);
-    seq_splits[s] = q == 1 ? p.decode_splits : (q > 1 ? 1 : 0);
+    seq_splits[s] = q == 1 ? p->decode_splits : (q > 1 ? 1 : 0);
     for (int i = md.query_start_loc[s]; i < md.query_start_loc[s + 1]; ++i) token_seq[i] = s;
   }
-
   std::vector<int32_t> packed;
   auto append = [&](const std::vector<int32_t>& v) {
     const std::size_t off = packed.size();
     packed.insert(packed.end(), v.begin(), v.end());
     return off;
   };
-  p.off_qsl = append(md.query_start_loc);
-  p.off_seq_lens = append(md.seq_lens);
-  p.off_table = append(md.block_table);
-  p.off_token_seq = append(token_seq);
-  p.off_splits = append(seq_splits);
-  p.off_decode = append(decode);
-  p.off_prefill = append(prefill);
-  if (packed != packed_) {  // plan once per step: later layers of the same step reuse the upload
-    metadata_.reserve(std::max<std::size_t>(packed.size(), 1) * sizeof(int32_t));
-    check_cuda(cudaMemcpy(metadata_.data(), packed.data(), packed.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
-               "cudaMemcpy(batch metadata)");
-    packed_ = std::move(packed);
-  }
-  *plan_ = p;
-  last_decode_splits_ = p.decode_count > 0 ? p.decode_splits : 0;
+  p->off_qsl = append(md.query_start_loc);
+  p->off_seq_lens = append(md.seq_lens);
+  p->off_table = append(md.block_table);
+  p->off_token_seq = append(token_seq);
+  p->off_splits = append(seq_splits);
+  p->off_decode = append(decode);
+  p->off_prefill = append(prefill);
+  // Once per step: every layer run under this plan reads the same device copy.
+  const std::shared_ptr<DeviceAllocator> gpu = cuda_allocator();
+  p->device_metadata = DeviceMemory(gpu, std::max<std::size_t>(packed.size(), 1) * sizeof(int32_t));
+  gpu->copy(p->device_metadata.data(), packed.data(), packed.size() * sizeof(int32_t), CopyKind::host_to_device);
+  p->slot_mapping = DeviceMemory(gpu, std::max<std::size_t>(md.slot_mapping.size(), 1) * sizeof(int64_t));
+  gpu->copy(p->slot_mapping.data(), md.slot_mapping.data(), md.slot_mapping.size() * sizeof(int64_t), CopyKind::host_to_device);
+  return p;
 }
 
-void CudaFlashAttention::forward(const TensorView& q, const CudaKVCache& cache, const BatchMetadata& md,
-                                 const TensorView& out) {
+RunResult CudaFlashAttention::run(const StepPlan& base_plan, const ForwardArgs& args) const {
   const LayerConfig& c = params_.config;
+  const BatchMetadata& md = base_plan.metadata();
+  const bool has_k = args.new_k.data || args.new_k.ndim, has_v = args.new_v.data || args.new_v.ndim;
+  if (has_k) check_new_kv(args.new_k, args.new_v, md.num_tokens, c);
+  // Plan, config and cache geometry; the cache is device-resident (its device is checked here).
+  // New K/V are written below on the device, so begin_run sees none.
+  ForwardArgs checked = args;
+  checked.new_k = checked.new_v = TensorView{};
+  ATTN_REQUIRE(has_k == has_v, "args.new_v", has_v ? "set" : "unset", has_k ? "set with new_k" : "unset without new_k");
+  begin_run(base_plan, checked, /*check_tensors=*/false);
+  const auto& plan = static_cast<const CudaStepPlan&>(base_plan);  // begin_run checked it is cuda_flash's
+  check_device_tensor(args.q, "q", {c.dtype}, {md.num_tokens, c.num_heads, c.head_size}, true);
+  check_device_tensor(args.out, "out", {c.dtype}, {md.num_tokens, c.num_heads, c.head_size}, false);
+  Workspace own(cuda_allocator());
+  Workspace& ws = args.workspace ? *args.workspace : own;
+  ATTN_REQUIRE(ws.device() == DeviceKind::cuda, "args.workspace.device", device_name(ws.device()),
+               "cuda (Workspace(Registry::instance().allocator(DeviceKind::cuda)))");
+  if (ws.bytes() < plan.workspace_bytes()) ws.reserve(plan.workspace_bytes());
+  if (md.num_tokens == 0) return {variant_, {}};
+
+  const KVCache& cache = *args.cache;
   const KVCacheSpec& spec = cache.spec();
-  check_device_tensor(q, "q", {c.dtype}, {md.num_tokens, c.num_heads, c.head_size}, true);
-  check_device_tensor(out, "out", {c.dtype}, {md.num_tokens, c.num_heads, c.head_size}, false);
-  require(spec.num_kv_heads == c.num_kv_heads, "cache.num_kv_heads", spec.num_kv_heads, std::to_string(c.num_kv_heads));
-  require(spec.head_size == c.head_size, "cache.head_size", spec.head_size, std::to_string(c.head_size));
-  require(spec.dtype == c.dtype || spec.dtype == DType::fp8_e4m3, "cache.dtype", to_string(spec.dtype),
-          std::string(to_string(c.dtype)) + " or fp8_e4m3");
-  require(md.block_size == spec.block_size, "md.block_size", md.block_size, std::to_string(spec.block_size));
-  md.validate(spec.num_blocks, spec.block_size);
-  require(md.num_seqs <= 65535, "md.num_seqs", md.num_seqs, "<= 65535 (one grid dimension)");
-  if (md.num_tokens == 0) return;
-
-  upload_metadata(md);
-  const Plan& plan = *plan_;
-  const int group = c.num_heads / c.num_kv_heads;
-  const int32_t* meta = metadata_.as<int32_t>();
   const PagedKV kv = cache.view();
-
+  const int32_t* meta = static_cast<const int32_t*>(plan.device_metadata.data());
+  if (has_k) {
+    const WriteKVParams w = write_params(args.new_k, args.new_v, kv, static_cast<const int64_t*>(plan.slot_mapping.data()),
+                                         md.num_tokens, c);
+    check_cuda(launch_write_kv(w, elem_kind(spec.dtype, "cache"), nullptr), "cuda_flash write_kv launch");
+  }
+  const int group = c.num_heads / c.num_kv_heads;
   const std::size_t splits = std::size_t(std::max(plan.decode_splits, 1));
   const std::size_t rows = std::size_t(md.num_tokens) * std::size_t(c.num_heads);
-  partial_o_.reserve(splits * rows * std::size_t(c.head_size) * sizeof(float));
-  partial_lse_.reserve(splits * rows * sizeof(float));
 
   AttnParams p;
-  p.q = q.data;
-  p.q_stride_t = q.strides[0];
-  p.q_stride_h = q.strides[1];
+  p.q = args.q.data;
+  p.q_stride_t = args.q.strides[0];
+  p.q_stride_h = args.q.strides[1];
   p.kv = kv.base;
   p.block_stride = kv.block_stride;
   p.token_stride = kv.token_stride;
@@ -193,8 +242,8 @@ void CudaFlashAttention::forward(const TensorView& q, const CudaKVCache& cache, 
   p.soft_cap = c.logits_soft_cap;
   p.window = c.sliding_window;
   p.causal = md.causal;
-  p.o_partial = partial_o_.as<float>();
-  p.lse_partial = partial_lse_.as<float>();
+  p.o_partial = static_cast<float*>(ws.data());
+  p.lse_partial = p.o_partial + splits * rows * std::size_t(c.head_size);
   p.num_tokens = md.num_tokens;
 
   const ElemKind q_kind = elem_kind(c.dtype, "q");
@@ -218,25 +267,27 @@ void CudaFlashAttention::forward(const TensorView& q, const CudaKVCache& cache, 
   m.lse_partial = p.lse_partial;
   m.token_seq = meta + plan.off_token_seq;
   m.seq_splits = meta + plan.off_splits;
-  m.sinks = c.has_sink ? sinks_.as<float>() : nullptr;
+  m.sinks = c.has_sink ? static_cast<const float*>(sinks_.data()) : nullptr;
   m.v_scales = kv.v_scales;
-  m.out = out.data;
-  m.out_stride_t = out.strides[0];
-  m.out_stride_h = out.strides[1];
+  m.out = args.out.data;
+  m.out_stride_t = args.out.strides[0];
+  m.out_stride_h = args.out.strides[1];
   m.num_tokens = md.num_tokens;
   m.num_heads = c.num_heads;
   m.group = group;
   m.head_size = c.head_size;
   check_cuda(launch_merge(m, q_kind, nullptr), "cuda_flash merge launch");
+  return {variant_, {}};
 }
 
-void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, CudaKVCache& cache, const BatchMetadata& md) {
+void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const {
+  if (cache.device() == DeviceKind::cpu) {
+    AttentionImpl::write_kv(k, v, cache, md);  // a host cache (to be copied to the GPU) is written on the host
+    return;
+  }
   const LayerConfig& c = params_.config;
   const KVCacheSpec& spec = cache.spec();
-  const auto dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  check_device_tensor(k, "k", dtypes, {md.num_tokens, c.num_kv_heads, c.head_size}, false);
-  check_device_tensor(v, "v", dtypes, {md.num_tokens, c.num_kv_heads, c.head_size}, false);
-  require(v.dtype == k.dtype, "v.dtype", to_string(v.dtype), std::string(to_string(k.dtype)) + " (k's dtype)");
+  check_new_kv(k, v, md.num_tokens, c);
   require(spec.num_kv_heads == c.num_kv_heads && spec.head_size == c.head_size, "cache.spec", spec.to_string(),
           "num_kv_heads=" + std::to_string(c.num_kv_heads) + ", head_size=" + std::to_string(c.head_size));
   require(int64_t(md.slot_mapping.size()) == md.num_tokens, "md.slot_mapping.size", md.slot_mapping.size(),
@@ -244,100 +295,12 @@ void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, Cuda
   const int64_t slots = int64_t(spec.num_blocks) * spec.block_size;
   for (int64_t s : md.slot_mapping) require(s < slots, "md.slot_mapping", s, "< num_blocks * block_size = " + std::to_string(slots));
   if (md.num_tokens == 0) return;
-  slots_.reserve(md.slot_mapping.size() * sizeof(int64_t));
-  check_cuda(cudaMemcpy(slots_.data(), md.slot_mapping.data(), md.slot_mapping.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
-             "cudaMemcpy(slot_mapping)");
-  const PagedKV kv = cache.view();
-  WriteKVParams w;
-  w.k = k.data;
-  w.v = v.data;
-  w.k_stride_t = k.strides[0];
-  w.k_stride_h = k.strides[1];
-  w.v_stride_t = v.strides[0];
-  w.v_stride_h = v.strides[1];
-  w.src_kind = elem_kind(k.dtype, "k");
-  w.slot_mapping = slots_.as<int64_t>();
-  w.kv = kv.base;
-  w.block_stride = kv.block_stride;
-  w.token_stride = kv.token_stride;
-  w.head_stride = kv.head_stride;
-  w.v_offset = kv.v_offset;
-  w.block_size = kv.block_size;
-  w.k_scales = kv.k_scales;
-  w.v_scales = kv.v_scales;
-  w.num_tokens = md.num_tokens;
-  w.num_kv_heads = c.num_kv_heads;
-  w.head_size = c.head_size;
+  const std::shared_ptr<DeviceAllocator> gpu = cuda_allocator();
+  DeviceMemory dslots(gpu, md.slot_mapping.size() * sizeof(int64_t));  // one-off call: its own upload
+  gpu->copy(dslots.data(), md.slot_mapping.data(), dslots.bytes(), CopyKind::host_to_device);
+  const WriteKVParams w = write_params(k, v, cache.view(), static_cast<const int64_t*>(dslots.data()), md.num_tokens, c);
   check_cuda(launch_write_kv(w, elem_kind(spec.dtype, "cache"), nullptr), "cuda_flash write_kv launch");
-}
-
-// --- host-cache path ---
-
-namespace {
-
-// A device copy of a contiguous host tensor (or the tensor itself when it is on the device).
-TensorView to_device(const TensorView& t, DeviceBuffer& stage, const char* arg, bool copy) {
-  if (t.device == DeviceKind::cuda) return t;
-  require(t.is_contiguous(), std::string(arg) + ".strides", t.shape_string(), "a contiguous host tensor");
-  const std::size_t bytes = std::size_t(t.numel()) * dtype_size(t.dtype);
-  stage.reserve(std::max<std::size_t>(bytes, 16));
-  if (copy && bytes) check_cuda(cudaMemcpy(stage.data(), t.data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(stage to device)");
-  TensorView d = t;
-  d.data = stage.data();
-  d.device = DeviceKind::cuda;
-  return d;
-}
-
-}  // namespace
-
-void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const {
-  if (k.device == DeviceKind::cpu && v.device == DeviceKind::cpu) {
-    AttentionImpl::write_kv(k, v, cache, md);  // the host cache is written on the host
-    return;
-  }
-  // Device k / v into a host cache: bring the rows over, then write on the host.
-  std::vector<Buffer> host;
-  std::vector<TensorView> views;
-  for (const TensorView* t : {&k, &v}) {
-    if (t->device == DeviceKind::cpu) {
-      views.push_back(*t);
-      continue;
-    }
-    require(t->is_contiguous(), "k/v.strides", t->shape_string(), "contiguous device tensors");
-    host.emplace_back(t->dtype, std::vector<int64_t>(t->shape.begin(), t->shape.begin() + t->ndim));
-    check_cuda(cudaMemcpy(host.back().data(), t->data, host.back().bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy(k/v to host)");
-    views.push_back(host.back().view());
-  }
-  AttentionImpl::write_kv(views[0], views[1], cache, md);
-}
-
-RunResult CudaFlashAttention::run(const StepPlan& plan, const ForwardArgs& args) const {
-  begin_run(plan, args, /*check_tensors=*/false);  // q / out may live on the device: checked by the device path
-  auto* self = const_cast<CudaFlashAttention*>(this);
-  const std::lock_guard<std::mutex> lock(self->host_path_);
-  self->forward_host(args.q, *args.cache, plan.metadata(), args.out);
-  return {variant_, {}};
-}
-
-void CudaFlashAttention::forward_host(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) {
-  const KVCacheSpec& a = cache.spec();
-  const bool same = mirror_ && [&] {
-    const KVCacheSpec& b = mirror_->spec();
-    return a.num_blocks == b.num_blocks && a.block_size == b.block_size && a.num_kv_heads == b.num_kv_heads &&
-           a.head_size == b.head_size && a.v_width() == b.v_width() && a.dtype == b.dtype && a.layout == b.layout &&
-           a.per_head_scales == b.per_head_scales;
-  }();
-  if (!same)
-    mirror_ = std::make_unique<CudaKVCache>(cache.spec());
-  mirror_->upload(cache);
-  const TensorView dq = to_device(q, stage_q_, "q", true);
-  const TensorView dout = to_device(out, stage_out_, "out", false);
-  forward(dq, *mirror_, md, dout);
-  synchronize();
-  if (out.device == DeviceKind::cpu) {
-    const std::size_t bytes = std::size_t(out.numel()) * dtype_size(out.dtype);
-    if (bytes) check_cuda(cudaMemcpy(out.data, dout.data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(out to host)");
-  }
+  synchronize();  // dslots is freed on return
 }
 
 }  // namespace attn::cuda_flash

@@ -40,6 +40,7 @@ void attn_register(attn::Registry& registry) {
   cudaDeviceProp prop{};
   const std::string why = probe_device(&prop);
   if (!why.empty()) throw attn::Error(why);
+  registry.provide_allocator(attn::DeviceKind::cuda, attn::cuda_flash::cuda_allocator());
   registry.provide("cuda_flash", [](const attn::LayerParams& params) -> std::unique_ptr<attn::AttentionImpl> {
     return std::make_unique<attn::cuda_flash::CudaFlashAttention>(params);
   });
