@@ -41,6 +41,9 @@ from ._core import (  # noqa: E402
     platform,
     select,
     select_mamba,
+    reload_tuning,
+    tune,
+    tuning_file_path,
 )
 from ._plan import Plan, PlannedLayer, plan  # noqa: E402
 
@@ -50,5 +53,5 @@ __all__ = [
     "Attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "KVCache", "LayerConfig",
     "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "backends", "builtin_models",
     "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends", "plan", "platform",
-    "select", "select_mamba",
+    "reload_tuning", "select", "select_mamba", "tune", "tuning_file_path",
 ]

@@ -158,6 +158,7 @@ class Decision:
     forced_by: str
     block_size: int
     block_size_from_user: bool
+    tuned: bool
     candidates: list[Candidate]
     notes: list[str]
     def to_text(self) -> str: ...
@@ -192,6 +193,11 @@ class ModelSpec:
 def load_model(model: str, *, dtype: Optional[DTypeLike] = None, kv_cache_dtype: Optional[DTypeLike] = None,
                block_size: int = 0) -> ModelSpec: ...
 def builtin_models() -> list[str]: ...
+def tune(model: Optional[str] = None, *, configs: Optional[list[LayerConfig]] = None, budget: float = 20.0,
+         threads: int = 0, decode_batch: int = 4, decode_context: int = 1024, prefill_len: int = 256,
+         backend: Optional[str] = None, output: Optional[str] = None, progress: bool = True) -> dict[str, Any]: ...
+def tuning_file_path() -> str: ...
+def reload_tuning() -> None: ...
 
 class KVCache:
     def __init__(self, num_blocks: int, *, block_size: int = 16, num_kv_heads: int = 8, head_size: int = 128,

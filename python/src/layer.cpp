@@ -235,6 +235,7 @@ void bind_layer(nb::module_& m) {
              p.num_threads = num_threads;
              p.validate();
              Decision d = select(config, o);
+             if (d.tuned) p.variant = d.variant;  // the measured fastest kernel variant
              auto desc = Registry::instance().find(d.backend);
              auto impl = Registry::instance().create(d.backend, p);
              new (self) Attention{std::move(p), std::move(d), std::move(desc), std::move(impl), {}};

@@ -7,4 +7,5 @@ NB_MODULE(_core, m) {
   attn::py::bind_config(m);
   attn::py::bind_select(m);
   attn::py::bind_layer(m);
+  attn::py::bind_tune(m);
 }
