@@ -33,6 +33,8 @@ def test_tune_writes_the_file_select_reads(tune_file):
     d = attn.select(cfg)
     assert d.tuned and any(n.startswith("measured") for n in d.notes)
     assert d.to_dict()["tuned"] is True
+    layer = attn.Attention(cfg)  # runs the measured variant, with the measured block size
+    assert layer.variant == d.variant and layer.block_size == d.block_size
 
 
 def test_tune_needs_a_model_or_configs(tune_file):
