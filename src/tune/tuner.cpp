@@ -204,11 +204,11 @@ TuningFile tune(const std::vector<LayerConfig>& configs, const TuneOptions& o) {
     }
     if (round + 1 >= kPruneAfter) prune(trials, distinct.size());
   }
-  warn_if_unstable(trials);
   progress.elapsed_s = elapsed();
   progress.current = out_of_time ? "time budget reached" : "done";
   progress.finished = true;
   if (o.progress) o.progress(progress);
+  warn_if_unstable(trials);  // after the progress line is finished
 
   for (auto& t : trials) {
     if (t.choice.error.empty() && (t.samples[0].empty() || t.samples[1].empty())) t.choice.error = "not timed: the time budget ran out";
