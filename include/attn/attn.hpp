@@ -13,4 +13,5 @@
 #include "attn/registry.hpp"
 #include "attn/selector.hpp"
 #include "attn/tensor.hpp"
+#include "attn/tune.hpp"
 #include "attn/types.hpp"

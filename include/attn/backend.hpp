@@ -22,6 +22,10 @@ struct LayerParams {
   std::vector<float> sinks;           // [num_heads] sink logits, required iff has_sink
   std::vector<float> alibi_slopes;    // [num_heads], required iff use_alibi (empty → standard slopes)
   int num_threads = 0;                // 0 → all cores
+  /// The kernel variant to run: "" = the backend's own choice on this machine; else one of its
+  /// BackendDescriptor::variants (how `attn tune` times each one, and how a tuned Decision's
+  /// variant runs: set it from Decision::variant when Decision::tuned).
+  std::string variant;
   /// MLA layers, optional: the up-projections the expanded form needs, row-major float32.
   /// W_UK [num_heads, kv_lora_rank, qk_nope_head_dim], W_UV [num_heads, kv_lora_rank, v_head_dim].
   std::vector<float> mla_w_uk, mla_w_uv;
@@ -106,6 +110,8 @@ struct BackendDescriptor {
   std::function<std::vector<Reason>(const LayerConfig&, const Platform&)> extra_checks;
   /// The kernel variant this backend would run on `platform` (shown in decisions).
   std::function<std::string(const Platform&)> variant;
+  /// The variants LayerParams::variant may name on `platform`, best first. Null: one variant only.
+  std::function<std::vector<std::string>(const Platform&)> variants;
   /// Builds the implementation for one layer. Null for module backends until loaded.
   std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create;
 

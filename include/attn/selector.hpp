@@ -34,8 +34,11 @@ struct Decision {
   LayerConfig config;
   std::string platform;          // Platform::to_string()
   std::string forced_by;         // "", "argument", "config", "per_kind", "env ATTN_BACKEND"
-  int block_size = 0;            // the user's, else the backend's preferred
+  int block_size = 0;            // the user's, else the measured fastest (tuned), else the backend's preferred
   bool block_size_from_user = false;
+  /// A tuning file's measurement chose backend, variant and block size (see attn/tune.hpp; the
+  /// note says by how much). Run it with LayerParams::variant = variant.
+  bool tuned = false;
   std::vector<Candidate> candidates;  // every backend checked, in priority order
   std::vector<std::string> notes;     // e.g. "--block-size 8 precluded higher-priority backend(s) ..."
   /// Set when the chosen backend is the slow correctness oracle (BackendDescriptor::oracle): why.

@@ -55,6 +55,9 @@ from ._core import (  # noqa: E402
     shard_heads,
     shard_layer_config,
     shard_model,
+    reload_tuning,
+    tune,
+    tuning_file_path,
 )
 from ._plan import Plan, PlannedLayer, plan  # noqa: E402
 from .dense import attention  # noqa: E402
@@ -65,5 +68,6 @@ __all__ = [
     "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "HeadSharding", "KVCache",
     "LayerConfig", "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "StepPlan", "Workspace",
     "backends", "builtin_models", "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends",
-    "pipeline_stages", "plan", "platform", "select", "select_mamba", "shard_heads", "shard_layer_config", "shard_model",
+    "pipeline_stages", "plan", "platform", "reload_tuning", "select", "select_mamba", "shard_heads", "shard_layer_config",
+    "shard_model", "tune", "tuning_file_path",
 ]

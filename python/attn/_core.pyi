@@ -161,6 +161,7 @@ class Decision:
     forced_by: str
     block_size: int
     block_size_from_user: bool
+    tuned: bool
     candidates: list[Candidate]
     notes: list[str]
     slow_path: str
@@ -196,6 +197,11 @@ class ModelSpec:
 def load_model(model: str, *, dtype: Optional[DTypeLike] = None, kv_cache_dtype: Optional[DTypeLike] = None,
                block_size: int = 0) -> ModelSpec: ...
 def builtin_models() -> list[str]: ...
+def tune(model: Optional[str] = None, *, configs: Optional[list[LayerConfig]] = None, budget: float = 20.0,
+         threads: int = 0, decode_batch: int = 4, decode_context: int = 1024, prefill_len: int = 256,
+         backend: Optional[str] = None, output: Optional[str] = None, progress: bool = True) -> dict[str, Any]: ...
+def tuning_file_path() -> str: ...
+def reload_tuning() -> None: ...
 
 class HeadSharding:
     tensor_parallel: int

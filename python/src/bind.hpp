@@ -19,6 +19,7 @@ void bind_config(nb::module_& m);
 void bind_select(nb::module_& m);
 void bind_layer(nb::module_& m);
 void bind_parallel(nb::module_& m);
+void bind_tune(nb::module_& m);
 
 /// A dtype given as a name ("bf16"), a NumPy / ml_dtypes dtype or scalar type, or a torch dtype.
 DType dtype_from_py(nb::handle h);

@@ -261,6 +261,7 @@ void bind_layer(nb::module_& m) {
                            " invalid: expected w_uk and w_uv together (the expanded MLA form needs both)");
              p.validate();
              Decision d = select(config, o);
+             if (d.tuned) p.variant = d.variant;  // the measured fastest kernel variant
              auto desc = Registry::instance().find(d.backend);
              auto impl = Registry::instance().create(d.backend, p);
              new (self) Attention{std::move(p), std::move(d), std::move(desc), std::move(impl)};

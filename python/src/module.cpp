@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
   attn::py::bind_select(m);
   attn::py::bind_layer(m);
   attn::py::bind_parallel(m);
+  attn::py::bind_tune(m);
 }

@@ -53,6 +53,7 @@ void bind_select(nb::module_& m) {
       .def_ro("forced_by", &Decision::forced_by)
       .def_ro("block_size", &Decision::block_size)
       .def_ro("block_size_from_user", &Decision::block_size_from_user)
+      .def_ro("tuned", &Decision::tuned)
       .def_ro("candidates", &Decision::candidates)
       .def_ro("notes", &Decision::notes)
       .def_ro("slow_path", &Decision::slow_path, "why the slow correctness oracle serves the layer; empty otherwise")

@@ -259,6 +259,10 @@ std::unique_ptr<AttentionImpl> Registry::create(const std::string& backend, cons
   if (!ensure_module(*desc, why)) throw Error("backend " + backend + ": module " + desc->module + " not loaded: " + why);
   desc = find(backend);  // the module may have provided the factory
   if (!desc->create) throw Error("backend " + backend + " has no implementation on this machine");
+  // A backend with variants checks the name itself (it knows which its build offers).
+  if (!params.variant.empty() && !desc->variants)
+    throw Error("variant='" + params.variant + "' invalid for backend " + backend +
+                ": expected \"\" (it has one kernel variant)");
   params.validate();
   return desc->create(params);
 }

@@ -32,6 +32,7 @@ std::string Decision::to_json() const {
   j["forced_by"] = forced_by;
   j["block_size"] = block_size;
   j["block_size_from_user"] = block_size_from_user;
+  j["tuned"] = tuned;
   j["config"] = config_json(config);
   j["candidates"] = nlohmann::json::array();
   for (auto& c : candidates) {
@@ -50,7 +51,8 @@ std::string Decision::to_text() const {
   if (!forced_by.empty()) s += " (forced by " + forced_by + ")";
   if (!slow_path.empty()) s += "\nslow reference path: " + slow_path;
   s += "\nplatform: " + platform + "\nlayer: " + config.to_string();
-  s += "\nblock_size: " + std::to_string(block_size) + (block_size_from_user ? " (user)" : " (backend's preferred)");
+  s += "\nblock_size: " + std::to_string(block_size) +
+       (block_size_from_user ? " (user)" : tuned ? " (measured fastest)" : " (backend's preferred)");
   s += "\ncandidates:";
   for (auto& c : candidates) {
     s += "\n  " + std::string(c.backend == backend ? "* " : "  ") + c.backend + " (priority " + std::to_string(c.priority) +

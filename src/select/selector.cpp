@@ -11,7 +11,9 @@
 
 #include "attn/error.hpp"
 #include "attn/registry.hpp"
+#include "attn/tune.hpp"
 #include "core/log.hpp"
+#include "select/measured.hpp"
 
 namespace attn {
 namespace {
@@ -109,6 +111,7 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
   for (auto& cand : d.candidates) if (cand.valid) valid.push_back(cand.backend);
 
   const Candidate* chosen = nullptr;
+  std::optional<detail::MeasuredPick> pick;
   if (!forced.empty()) {
     for (auto& cand : d.candidates) if (cand.backend == forced) chosen = &cand;
     if (!chosen->valid) {
@@ -120,6 +123,12 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
     }
   } else {
     for (auto& cand : d.candidates) if (cand.valid) { chosen = &cand; break; }
+    // Measurements apply to the machine they were taken on, and only when nothing is forced.
+    if (chosen && p.detected) {
+      if (auto tuning = active_tuning()) pick = detail::measured_pick(*tuning, c, d.candidates, p);
+      if (pick)
+        for (auto& cand : d.candidates) if (cand.backend == pick->backend) chosen = &cand;
+    }
     if (!chosen) {
       std::vector<std::string> parts;
       for (auto& cand : d.candidates) parts.push_back(cand.backend + ": " + reasons_text(cand.reasons));
@@ -144,6 +153,12 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
     d.slow_path = d.backend + " is the correctness oracle (plain loops), far slower than a production backend; " +
                   (forced.empty() ? "no production backend serves this layer (" + join(why, "; ") + ")"
                                   : "chosen because it was forced (" + forced_by + ")");
+  }
+  if (pick) {
+    d.tuned = true;
+    if (!pick->variant.empty()) d.variant = pick->variant;
+    d.block_size = pick->block_size;
+    d.notes.push_back(pick->note);
   }
   if (c.block_size != 0 && forced.empty()) {
     std::vector<std::string> precluded;

@@ -24,12 +24,13 @@ inline std::string read_all(const fs::path& p) {
 }
 
 /// Runs `attn <args>` (arguments are trusted test literals), capturing stdout and stderr;
-/// `env` ("NAME=value ...") is set for that one process.
+/// `env` ("NAME=value ...") is set for that one process (after the defaults: quiet log, no
+/// tuning file, so the user's own tuning never changes a test's decisions).
 inline CliResult attn_cli(const std::string& args, const std::string& env = "") {
   static int counter = 0;
   const fs::path err_file = fs::temp_directory_path() / ("attn_cli_test_" + std::to_string(::getpid()) + "_" +
                                                          std::to_string(counter++) + ".err");
-  const std::string cmd = "ATTN_LOG=error " + env + " '" + std::string(ATTN_CLI_PATH) + "' " + args + " 2>'" + err_file.string() + "'";
+  const std::string cmd = "ATTN_LOG=error ATTN_TUNE_FILE=off " + env + " '" + std::string(ATTN_CLI_PATH) + "' " + args + " 2>'" + err_file.string() + "'";
   CliResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;

@@ -206,8 +206,9 @@ int cmd_run(const RunOptions& o) {
       ++mixer_time.layers;
     } else {
       for (auto& gs : groups) if (gs->group == &g) ls.group = gs.get();
-      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, layer_params(l, shape.threads, rng), ls.group->num_blocks,
-                                                ls.group->block_size);
+      attn::LayerParams params = layer_params(l, shape.threads, rng);
+      if (g.decision.tuned) params.variant = g.decision.variant;  // the measured fastest kernel variant
+      ls.runner = std::make_unique<LayerRunner>(*ls.group->backend, params, ls.group->num_blocks, ls.group->block_size);
       ls.runner->use_random_up_projections(rng);  // MLA: lets long prefills run the expanded form
       ++attention_time.layers;
     }

@@ -5,6 +5,10 @@
 #include <optional>
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace attn_cli {
 
 struct BackendsOptions {
@@ -49,9 +53,22 @@ struct CheckOptions {
   bool json = false;
 };
 
+struct TuneOptions {
+  ModelOptions model;
+  std::string model_arg;      // the positional form of --model
+  double budget = 20;         // seconds of timing
+  int64_t threads = 0;        // 0 = all cores
+  int64_t decode_batch = 4, decode_context = 1024, prefill_len = 256;
+  std::string output;         // "" = the tuning file the selector reads
+  bool json = false;
+};
+/// `attn tune`'s own flags (the model flags are shared with plan and run).
+void add_tune_flags(CLI::App* cmd, TuneOptions& options);
+
 int cmd_backends(const BackendsOptions& options);
 int cmd_plan(const PlanOptions& options);
 int cmd_run(const RunOptions& options);
 int cmd_check(const CheckOptions& options);
+int cmd_tune(const TuneOptions& options);
 
 }  // namespace attn_cli

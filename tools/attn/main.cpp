@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
   cmd_bench->add_option("--threads", bench.threads, "threads (0 = all cores)");
   cmd_bench->add_option("--csv", bench.csv_path, "also write CSV here");
 
+  attn_cli::TuneOptions tune;
+  auto* cmd_tune = app.add_subcommand("tune", "time every valid backend, kernel variant and block size of a model's layers here; the selector then prefers the fastest");
+  add_model_flags(cmd_tune, tune.model, false);
+  attn_cli::add_tune_flags(cmd_tune, tune);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -99,6 +104,7 @@ int main(int argc, char** argv) {
     if (*cmd_plan) return attn_cli::cmd_plan(plan);
     if (*cmd_run) return attn_cli::cmd_run(run);
     if (*cmd_check) return attn_cli::cmd_check(check);
+    if (*cmd_tune) return attn_cli::cmd_tune(tune);
     if (*cmd_bench) {
 #ifdef ATTN_CLI_HAVE_BENCH
       return attn_cli::run_bench(bench);

@@ -42,7 +42,7 @@ class FlashStepPlan final : public StepPlan {
 
 class CpuFlashImpl final : public AttentionImpl {
  public:
-  explicit CpuFlashImpl(const LayerParams& p) : AttentionImpl("cpu_flash", p), isa_(chosen_isa(detect_cpu())), variant_(to_string(isa_)) {
+  explicit CpuFlashImpl(const LayerParams& p) : AttentionImpl("cpu_flash", p), isa_(isa_for_variant(p.variant, detect_cpu())), variant_(to_string(isa_)) {
     params_.validate();
     const LayerConfig& c = params_.config;
     require(supports_head_size(c.head_size), "head_size", c.head_size, "one of " + head_size_rule().describe() + " (cpu_flash)");
@@ -157,6 +157,7 @@ BackendDescriptor cpu_flash_descriptor() {
   d.kv_layout = KVLayout::HND;
   d.preferred_block_size = 64;
   d.variant = [](const Platform& p) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
+  d.variants = cpu_flash::isa_variants;
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<cpu_flash::CpuFlashImpl>(p); };
   return d;
 }

@@ -4,10 +4,14 @@
 #include <cstdlib>
 
 #include "attn/error.hpp"
+#include "attn/types.hpp"
 #include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 
 namespace attn::cpu_flash {
+namespace {
+constexpr Isa kAllIsas[] = {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic};  // best first
+}  // namespace
 
 std::string_view to_string(Isa isa) {
   switch (isa) {
@@ -40,9 +44,23 @@ Isa chosen_isa(const Platform& p) {
 #endif
     return best;
   }
-  for (Isa isa : {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic})
+  for (Isa isa : kAllIsas)
     if (to_string(isa) == env) return std::min(isa, best);
   throw Error(std::string("ATTN_CPU_ISA=") + env + " invalid: expected one of auto, avx512_bf16, avx512, avx2, generic");
+}
+
+std::vector<std::string> isa_variants(const Platform& p) {
+  std::vector<std::string> out;
+  for (Isa isa : kAllIsas)
+    if (isa <= best_isa(p)) out.emplace_back(to_string(isa));
+  return out;
+}
+
+Isa isa_for_variant(const std::string& variant, const Platform& p) {
+  if (variant.empty()) return chosen_isa(p);
+  for (Isa isa : kAllIsas)
+    if (to_string(isa) == variant && isa <= best_isa(p)) return isa;
+  throw Error("variant='" + variant + "' invalid for cpu_flash on this CPU: expected one of " + join(isa_variants(p)));
 }
 
 ItemFn kernel_for(Isa isa, KvType kv, DType q) {

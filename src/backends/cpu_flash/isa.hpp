@@ -4,6 +4,7 @@
 /// forced variant can never fault). Tests use the override to cover every variant.
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attn/platform.hpp"
 #include "backends/cpu_flash/kernel_args.hpp"
@@ -17,6 +18,10 @@ std::string_view to_string(Isa isa);
 Isa best_isa(const Platform& platform);
 /// best_isa capped by ATTN_CPU_ISA when set; throws attn::Error for an unknown name.
 Isa chosen_isa(const Platform& platform);
+/// The variants `platform` can run, best first (BackendDescriptor::variants).
+std::vector<std::string> isa_variants(const Platform& platform);
+/// LayerParams::variant: "" = chosen_isa; else one of isa_variants (attn::Error otherwise).
+Isa isa_for_variant(const std::string& variant, const Platform& platform);
 /// The item kernel for this ISA, cache type and q dtype (falls back to the next variant down
 /// when a build has no kernel for the combination, e.g. bf16 dot products for fp16 q).
 ItemFn kernel_for(Isa isa, KvType kv, DType q);
