@@ -91,7 +91,8 @@ TEST_F(Rendered, JsonFollowsTheSchema) {
 TEST_F(Rendered, JsonConfigHasEveryFieldWithItsType) {
   const json c = json::parse(d.to_json())["config"];
   ASSERT_TRUE(c.is_object());
-  EXPECT_EQ(c.size(), 29u) << "one entry per LayerConfig field";
+  EXPECT_EQ(c.size(), 30u) << "one entry per LayerConfig field";
+  EXPECT_EQ(c["bs_head_sliding_step"], 0);
   EXPECT_EQ(c["num_heads"], cfg.num_heads);
   EXPECT_EQ(c["num_kv_heads"], cfg.num_kv_heads);
   EXPECT_EQ(c["head_size"], hs);
