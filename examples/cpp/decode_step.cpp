@@ -1,5 +1,6 @@
 // One decode step of a Llama-3-8B layer through the installed attn package: the selector picks
-// the backend, the prompt's keys and values go into a paged cache, one new token attends to them.
+// the backend, the prompt's keys and values go into a paged cache, then the step is planned once
+// and each layer runs under the plan (here one layer): write the new token's k, v, then attend.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -36,13 +37,17 @@ int main() {
   auto step = attn::BatchMetadata::build({{context, 1, block_ids}}, block_size, blocks);
   attn::Buffer k1 = random({1, 8, 128}), v1 = random({1, 8, 128}), q = random({1, 32, 128});
   attn::Buffer out(attn::DType::float32, {1, 32, 128});
-  layer->write_kv(k1.view(), v1.view(), cache, step);
-  layer->forward(q.view(), cache, step, out.view());
+  const auto plan = layer->plan(step, cache.spec());  // once per step, shared by every layer of this config
+  attn::Workspace workspace(plan->workspace_bytes());  // caller-owned scratch, reused across layers and steps
+  attn::ForwardArgs args;
+  args.q = q.view(), args.out = out.view(), args.cache = &cache, args.workspace = &workspace;
+  args.new_k = k1.view(), args.new_v = v1.view();    // written at the step's slots before attending
+  const attn::RunResult ran = layer->run(*plan, args);
 
   const float* o = out.view().ptr<float>();
   bool finite = true;
   for (int64_t i = 0; i < out.view().numel(); ++i) finite = finite && std::isfinite(o[i]);
-  std::printf("backend %s, block_size %d, out[0, 0, :4] = %.4f %.4f %.4f %.4f\n", decision.backend.c_str(), block_size,
-              o[0], o[1], o[2], o[3]);
+  std::printf("backend %s [%.*s], block_size %d, out[0, 0, :4] = %.4f %.4f %.4f %.4f\n", decision.backend.c_str(),
+              int(ran.variant.size()), ran.variant.data(), block_size, o[0], o[1], o[2], o[3]);
   return finite ? 0 : 1;
 }

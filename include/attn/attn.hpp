@@ -12,6 +12,7 @@
 #include "attn/platform.hpp"
 #include "attn/registry.hpp"
 #include "attn/selector.hpp"
+#include "attn/step.hpp"
 #include "attn/tensor.hpp"
 #include "attn/tune.hpp"
 #include "attn/types.hpp"

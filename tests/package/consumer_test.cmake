@@ -22,7 +22,7 @@ run(${CMAKE_COMMAND} --build ${work}/consumer)
 # The installed library, not the build tree's: the build tree's copy is out of reach.
 run(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${work}/consumer/decode_step)
 message("${last_output}")
-if(NOT last_output MATCHES "^backend [a-z_]+, block_size [0-9]+, out")
+if(NOT last_output MATCHES "^backend [a-z_]+ \\[[a-z0-9_]*\\], block_size [0-9]+, out")
   message(FATAL_ERROR "decode_step printed: ${last_output}")
 endif()
 # The installed CLI runs (its RPATH finds the installed libattn).
