@@ -33,6 +33,18 @@ E parse_name(const NameTable<E>& table, std::string_view name, std::string_view 
   throw Error("Invalid " + std::string(what) + ": '" + std::string(name) + "'. Valid values are: " + join(names_of(table)));
 }
 
+/// Backend names compare ignoring ASCII case (vLLM spells them upper-case: CPU_FLASH).
+inline bool same_backend_name(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+/// "" or "auto" (any case): no backend forced.
+inline bool is_auto_backend(std::string_view s) { return s.empty() || same_backend_name(s, "auto"); }
+
 template <typename E>
 std::vector<E> values_of(const NameTable<E>& table) {
   std::vector<E> out;

@@ -5,6 +5,7 @@
 
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
+#include "core/names.hpp"
 #include "mamba/mixer_registry.hpp"
 
 #define ATTN_MIXER(name) attn::MixerDescriptor name##_mixer_descriptor();
@@ -64,7 +65,7 @@ uint64_t mixer_registry_generation() {
 
 std::shared_ptr<const MixerDescriptor> find_mixer(const std::string& name) {
   for (const auto& d : mixer_backends())
-    if (d->name == name) return d;
+    if (detail::same_backend_name(d->name, name)) return d;
   return nullptr;
 }
 

@@ -7,6 +7,7 @@
 #include <shared_mutex>
 #include <tuple>
 
+#include "core/names.hpp"
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
 #include "mamba/mixer_registry.hpp"
@@ -98,12 +99,12 @@ Decision decide(MambaType type, const std::string& forced, const std::string& fo
 
 Decision select_mamba(MambaType type, const MambaSelectOptions& options) {
   std::string forced, forced_by;
-  if (!options.backend.empty() && options.backend != "auto") {
+  if (!detail::is_auto_backend(options.backend)) {
     forced = options.backend;
     forced_by = "argument";
   } else if (options.use_env) {
     const char* env = std::getenv("ATTN_MAMBA_BACKEND");
-    if (env && *env && std::string(env) != "auto") {
+    if (env && !detail::is_auto_backend(env)) {
       forced = env;
       forced_by = "env ATTN_MAMBA_BACKEND";
     }

@@ -11,6 +11,7 @@
 
 #include "attn/error.hpp"
 #include "core/log.hpp"
+#include "core/names.hpp"
 
 namespace attn {
 
@@ -197,7 +198,7 @@ std::vector<std::shared_ptr<const BackendDescriptor>> Registry::backends() const
 
 std::shared_ptr<const BackendDescriptor> Registry::find(const std::string& name) const {
   std::shared_lock lock(mu_);
-  for (auto& b : backends_) if (b->name == name) return b;
+  for (auto& b : backends_) if (detail::same_backend_name(b->name, name)) return b;
   return nullptr;
 }
 

@@ -13,16 +13,13 @@
 #include "attn/registry.hpp"
 #include "attn/tune.hpp"
 #include "core/log.hpp"
+#include "core/names.hpp"
 #include "select/measured.hpp"
 
 namespace attn {
 namespace {
 
-bool is_auto(const std::string& s) {
-  std::string l = s;
-  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
-  return l.empty() || l == "auto";
-}
+bool is_auto(const std::string& s) { return detail::is_auto_backend(s); }
 
 // Precedence: per-kind override > explicit argument > config > env ATTN_BACKEND.
 std::pair<std::string, std::string> forced_backend(const LayerConfig& c, const SelectOptions& o) {
@@ -101,21 +98,24 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
   d.config = c;
   d.platform = p.to_string();
   d.forced_by = forced_by;
-  if (!forced.empty() && !reg.find(forced)) {
+  const auto forced_desc = forced.empty() ? nullptr : reg.find(forced);
+  if (!forced.empty() && !forced_desc) {
     o.error = "Unknown attention backend: '" + forced + "' (from " + forced_by + "). Valid options are: " + join(reg.names());
     o.error_always = true;
     return o;
   }
-  d.candidates = check_all(reg, c, p, forced);
+  // Names match ignoring case (CPU_FLASH, as vLLM spells them); from here on, the registered one.
+  const std::string forced_name = forced_desc ? forced_desc->name : std::string();
+  d.candidates = check_all(reg, c, p, forced_name);
   std::vector<std::string> valid;
   for (auto& cand : d.candidates) if (cand.valid) valid.push_back(cand.backend);
 
   const Candidate* chosen = nullptr;
   std::optional<detail::MeasuredPick> pick;
   if (!forced.empty()) {
-    for (auto& cand : d.candidates) if (cand.backend == forced) chosen = &cand;
+    for (auto& cand : d.candidates) if (cand.backend == forced_name) chosen = &cand;
     if (!chosen->valid) {
-      o.error = "Selected backend " + forced + " (from " + forced_by + ") is not valid for this configuration on " + d.platform +
+      o.error = "Selected backend " + forced_name + " (from " + forced_by + ") is not valid for this configuration on " + d.platform +
                 ". Reasons: " + reasons_text(chosen->reasons) + ". Backends that can serve this layer: " +
                 (valid.empty() ? "none" : join(valid)) + ".";
       o.error_always = true;

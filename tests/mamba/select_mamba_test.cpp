@@ -73,6 +73,15 @@ TEST(SelectMamba, ForcedBackendArgumentBeatsEnv) {
   EXPECT_EQ(select_mamba(MambaType::mamba2, no_env).backend, "mamba2");
 }
 
+TEST(SelectMamba, BackendNamesIgnoreCase) {
+  EnvGuard env;
+  setenv("ATTN_MAMBA_BACKEND", "AUTO", 1);  // "auto" in any case forces nothing
+  EXPECT_EQ(select_mamba(MambaType::mamba2).forced_by, "");
+  MambaSelectOptions opt;
+  opt.backend = "MAMBA2";  // vLLM spells backend names upper-case
+  EXPECT_EQ(select_mamba(MambaType::mamba2, opt).backend, "mamba2");
+}
+
 TEST(SelectMamba, UnknownForcedBackendListsKnownOnes) {
   EnvGuard env;
   MambaSelectOptions opt;

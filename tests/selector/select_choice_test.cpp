@@ -306,3 +306,17 @@ TEST(SelectorSlowPath, DecisionSaysWhenTheOracleServesTheLayer) {
   EXPECT_TRUE(fast.slow_path.empty()) << fast.slow_path;
   EXPECT_EQ(fast.to_text().find("slow reference path"), std::string::npos);
 }
+
+TEST(SelectorNames, BackendNamesIgnoreCase) {
+  // vLLM spells backend names upper-case (CPU_FLASH); the argument, the env and "auto" match in any case.
+  ScopedEnv env("ATTN_BACKEND", "Reference");
+  LayerConfig cfg;
+  EXPECT_EQ(select(cfg).backend, "reference");
+  SelectOptions o;
+  o.backend = "CPU_FLASH";
+  const Decision d = select(cfg, o);
+  EXPECT_EQ(d.backend, "cpu_flash");
+  EXPECT_EQ(d.forced_by, "argument");
+  o.backend = "AUTO";  // forces nothing: the env's backend applies
+  EXPECT_EQ(select(cfg, o).backend, "reference");
+}
