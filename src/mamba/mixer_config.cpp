@@ -2,6 +2,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
 #include "attn/mamba.hpp"
@@ -127,7 +128,9 @@ MixerConfig MixerConfig::from_dims(MambaType type, const std::map<std::string, d
       }
       return fallback;
     }
-    require(std::isfinite(it->second) && it->second == std::floor(it->second), key, it->second, "an integer");
+    // In int32 range before the cast: a larger double converted to int is undefined behaviour.
+    require(std::isfinite(it->second) && it->second == std::floor(it->second) && std::fabs(it->second) <= 2147483647.0, key,
+            it->second, "an integer in [-2^31 + 1, 2^31 - 1]");
     return int(it->second);
   };
   switch (type) {
@@ -140,7 +143,8 @@ MixerConfig MixerConfig::from_dims(MambaType type, const std::map<std::string, d
     case MambaType::mamba2:
       c.num_heads = get("num_heads", true, 0);
       c.head_dim = get("head_dim", true, 0);
-      c.d_inner = get("d_inner", false, c.num_heads * c.head_dim);
+      c.d_inner = get("d_inner", false,
+                      int(checked_product("num_heads * head_dim", {c.num_heads, c.head_dim}, 2147483647, "the default d_inner")));
       c.d_state = get("d_state", true, 0);
       c.n_groups = get("n_groups", false, 1);
       c.d_conv = get("d_conv", true, 0);
