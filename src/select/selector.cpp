@@ -1,9 +1,7 @@
 // The selector: reads capabilities and priorities from the registry; names no backend.
 #include "attn/selector.hpp"
 
-#include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
 #include <shared_mutex>
 #include <unordered_map>
@@ -19,16 +17,14 @@
 namespace attn {
 namespace {
 
-bool is_auto(const std::string& s) { return detail::is_auto_backend(s); }
-
 // Precedence: per-kind override > explicit argument > config > env ATTN_BACKEND.
 std::pair<std::string, std::string> forced_backend(const LayerConfig& c, const SelectOptions& o) {
   auto it = o.per_kind.find(c.kind());
-  if (it != o.per_kind.end() && !is_auto(it->second)) return {it->second, "per_kind"};
-  if (!is_auto(o.backend)) return {o.backend, "argument"};
-  if (!is_auto(o.config_backend)) return {o.config_backend, "config"};
+  if (it != o.per_kind.end() && !detail::is_auto_backend(it->second)) return {it->second, "per_kind"};
+  if (!detail::is_auto_backend(o.backend)) return {o.backend, "argument"};
+  if (!detail::is_auto_backend(o.config_backend)) return {o.config_backend, "config"};
   if (o.use_env)
-    if (const char* env = std::getenv("ATTN_BACKEND"); env && !is_auto(env)) return {env, "env ATTN_BACKEND"};
+    if (const char* env = std::getenv("ATTN_BACKEND"); env && !detail::is_auto_backend(env)) return {env, "env ATTN_BACKEND"};
   return {"", ""};
 }
 
