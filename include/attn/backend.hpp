@@ -57,6 +57,10 @@ class AttentionImpl {
   /// k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v];
   /// token t goes to md.slot_mapping[t]. Default: KVCache::write.
   virtual void write_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const;
+  /// run()'s write of ForwardArgs::new_k / new_v: `md` is the plan's, validated against the
+  /// cache geometry once per step, so the slots are not checked again. Default:
+  /// KVCache::write_validated. A backend that writes its own way overrides both.
+  virtual void write_planned_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const;
   /// The kernel variant that runs (e.g. "avx512_bf16"); empty when there is only one.
   virtual std::string variant() const { return {}; }
 

@@ -86,6 +86,9 @@ class KVCache {
   /// slots of `md.slot_mapping` (negative slots skipped), quantizing for fp8 caches. Host caches
   /// only: a device cache is written by its backend's run (ForwardArgs::new_k / new_v).
   void write(const TensorView& k, const TensorView& v, const BatchMetadata& md);
+  /// write() for metadata that already passed BatchMetadata::validate against this cache's
+  /// geometry (a StepPlan's): skips the per-slot checks, so it allocates nothing.
+  void write_validated(const TensorView& k, const TensorView& v, const BatchMetadata& md);
   /// fp8 caches: how many values every write() so far clamped to the fp8 range (±448 for e4m3),
   /// i.e. |value / scale| beyond it: a count that grows means the scales are too small.
   int64_t saturated_values() const { return saturated_; }
@@ -96,6 +99,8 @@ class KVCache {
 
  private:
   void upload_scales();
+  void check_write_tensors(const TensorView& k, const TensorView& v, const BatchMetadata& md) const;
+  void store(const TensorView& k, const TensorView& v, const BatchMetadata& md);  // no checks
   KVCacheSpec spec_;
   Buffer storage_;               // host caches attn allocated
   void* external_ = nullptr;     // engine-owned host storage (KVCache(spec, external))

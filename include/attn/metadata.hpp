@@ -53,7 +53,7 @@ struct BatchMetadata {
                              bool causal = true);
 
   /// Re-validates metadata assembled by hand (query_start_loc monotone and consistent,
-  /// lengths non-negative, block ids in range, tables long enough, slots in range).
+  /// lengths non-negative, block ids in range, tables long enough, slots in range and distinct).
   void validate(int32_t num_blocks, int32_t block_size) const;
   std::string to_string() const;
 };
@@ -63,5 +63,7 @@ struct LayerConfig;
 /// encoder-only layers and use_non_causal (LayerConfig::causal()). Metadata built for the other
 /// kind would apply the wrong mask without a word, so it is an attn::Error naming metadata.causal.
 void check_causal(const LayerConfig& layer, const BatchMetadata& md);
+/// Every slot is -1 (skip) or in [0, num_slots), and no two tokens write one slot.
+void check_slot_mapping(const std::vector<int64_t>& slot_mapping, int64_t num_slots);
 
 }  // namespace attn

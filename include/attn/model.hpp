@@ -16,7 +16,7 @@ struct ModelLayer {
   LayerKind kind = LayerKind::attention;
   LayerConfig attention;                 // kind == attention (also attention-free placeholder)
   MambaType mixer = MambaType::mamba1;   // kind == mixer
-  std::map<std::string, double> mixer_dims;  // d_inner, d_state, d_conv, n_groups, ... (issue-specific)
+  std::map<std::string, double> mixer_dims;  // d_inner, d_state, d_conv, n_groups, ... (mixer-specific)
   /// Softmax scale the model uses (query_pre_attn_scalar, MLA's qk dims, muP); 0 → 1/sqrt(head_size).
   float softmax_scale = 0.0f;
 };

@@ -48,6 +48,10 @@ void AttentionImpl::write_kv(const TensorView& k, const TensorView& v, KVCache& 
   cache.write(k, v, md);
 }
 
+void AttentionImpl::write_planned_kv(const TensorView& k, const TensorView& v, KVCache& cache, const BatchMetadata& md) const {
+  cache.write_validated(k, v, md);
+}
+
 KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const {
   KVCacheSpec s;
   s.num_blocks = num_blocks;
@@ -127,7 +131,7 @@ void AttentionImpl::begin_run(const StepPlan& plan, const ForwardArgs& args, boo
   if (check_tensors) check_run_tensors(params_, s, md.num_tokens, args.q, args.out);
   const bool has_k = args.new_k.data || args.new_k.ndim, has_v = args.new_v.data || args.new_v.ndim;
   ATTN_REQUIRE(has_k == has_v, "args.new_v", has_v ? "set" : "unset", has_k ? "set with new_k" : "unset without new_k");
-  if (has_k) write_kv(args.new_k, args.new_v, *args.cache, md);
+  if (has_k) write_planned_kv(args.new_k, args.new_v, *args.cache, md);
 }
 
 void* AttentionImpl::scratch(const ForwardArgs& args, Workspace& own, std::size_t bytes) {

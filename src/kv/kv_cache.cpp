@@ -187,7 +187,7 @@ void KVCache::set_scales(const std::vector<float>& k, const std::vector<float>& 
   upload_scales();
 }
 
-void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadata& md) {
+void KVCache::check_write_tensors(const TensorView& k, const TensorView& v, const BatchMetadata& md) const {
   ATTN_REQUIRE(!device_, "cache.device", "cuda",
                "a host cache (a device cache is written by its backend's run: ForwardArgs::new_k / new_v)");
   const bool mla = spec_.layout == KVLayout::MLA;
@@ -195,22 +195,30 @@ void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadat
   check_tensor(k, "k", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.head_size});
   if (!mla)
     check_tensor(v, "v", 3, {DType::float32, DType::float16, DType::bfloat16}, {n, spec_.num_kv_heads, spec_.v_width()});
-  // Runs per layer per step (run() with new K/V): messages are built only when a check fails.
+}
+
+void KVCache::write(const TensorView& k, const TensorView& v, const BatchMetadata& md) {
+  check_write_tensors(k, v, md);
+  const int64_t n = md.num_tokens;
   ATTN_REQUIRE(int64_t(md.slot_mapping.size()) == n, "metadata.slot_mapping.size()", md.slot_mapping.size(),
                "num_tokens = " + std::to_string(n));
-  const int64_t slots = int64_t(spec_.num_blocks) * spec_.block_size;
-  std::vector<int64_t> used;
-  used.reserve(md.slot_mapping.size());
-  for (std::size_t t = 0; t < md.slot_mapping.size(); ++t) {
-    const int64_t s = md.slot_mapping[t];
-    ATTN_REQUIRE(s >= -1 && s < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", s,
-                 "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
-    if (s >= 0) used.push_back(s);
-  }
-  std::sort(used.begin(), used.end());
-  auto dup = std::adjacent_find(used.begin(), used.end());
-  ATTN_REQUIRE(dup == used.end(), "metadata.slot_mapping", *dup, "distinct slots (two tokens write one slot)");
+  check_slot_mapping(md.slot_mapping, int64_t(spec_.num_blocks) * spec_.block_size);
+  store(k, v, md);
+}
 
+void KVCache::write_validated(const TensorView& k, const TensorView& v, const BatchMetadata& md) {
+  // Runs per layer per step (run() with new K/V): O(1) checks, messages built only on failure.
+  check_write_tensors(k, v, md);
+  ATTN_REQUIRE(md.block_size == spec_.block_size, "metadata.block_size", md.block_size,
+               "the cache's block_size " + std::to_string(spec_.block_size));
+  ATTN_REQUIRE(int64_t(md.slot_mapping.size()) == md.num_tokens, "metadata.slot_mapping.size()", md.slot_mapping.size(),
+               "num_tokens = " + std::to_string(md.num_tokens));
+  store(k, v, md);
+}
+
+void KVCache::store(const TensorView& k, const TensorView& v, const BatchMetadata& md) {
+  const bool mla = spec_.layout == KVLayout::MLA;
+  const int64_t n = md.num_tokens;
   const PagedKV pv = view();
   const std::size_t es = dtype_size(spec_.dtype);
   char* base = static_cast<char*>(pv.base);

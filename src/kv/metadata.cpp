@@ -144,10 +144,22 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
   }
   ATTN_REQUIRE(int64_t(slot_mapping.size()) == num_tokens || slot_mapping.empty(), "metadata.slot_mapping.size()",
           slot_mapping.size(), "num_tokens = " + std::to_string(num_tokens) + " (or empty)");
-  const int64_t slots = int64_t(num_blocks) * block_size;
+  check_slot_mapping(slot_mapping, int64_t(num_blocks) * block_size);
+}
+
+void check_slot_mapping(const std::vector<int64_t>& slot_mapping, int64_t num_slots) {
   for (std::size_t t = 0; t < slot_mapping.size(); ++t)
-    ATTN_REQUIRE(slot_mapping[t] >= -1 && slot_mapping[t] < slots, "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[t],
-            "-1 (skip) or a slot in [0, " + std::to_string(slots) + ")");
+    ATTN_REQUIRE(slot_mapping[t] >= -1 && slot_mapping[t] < num_slots, "metadata.slot_mapping[" + std::to_string(t) + "]",
+                 slot_mapping[t], "-1 (skip) or a slot in [0, " + std::to_string(num_slots) + ")");
+  // Checked once per step (validate), so writing each layer's new K/V (KVCache::write_validated)
+  // needs no sort or allocation of its own.
+  std::vector<int64_t> used;
+  used.reserve(slot_mapping.size());
+  for (int64_t s : slot_mapping)
+    if (s >= 0) used.push_back(s);
+  std::sort(used.begin(), used.end());
+  const auto dup = std::adjacent_find(used.begin(), used.end());
+  ATTN_REQUIRE(dup == used.end(), "metadata.slot_mapping", *dup, "distinct slots (two tokens write one slot)");
 }
 
 void check_causal(const LayerConfig& layer, const BatchMetadata& md) {

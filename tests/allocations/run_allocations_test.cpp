@@ -66,6 +66,31 @@ INSTANTIATE_TEST_SUITE_P(Steps, RunAllocations,
                          ::testing::Combine(::testing::Values("cpu_flash", "reference"), ::testing::Values(0, 1, 2, 3)),
                          step_name);
 
+// Writing the step's new K/V inside run() allocates nothing either: the slots were checked
+// (range, distinct) once when the plan validated the metadata.
+TEST(RunAllocationsNewKV, WarmRunWritingNewKVAllocatesNothing) {
+  Case c = make_case(spec_for(kSteps[2]), "cpu_flash");
+  const auto plan = c.impl->plan(c.md, c.cache->spec());
+  Workspace ws(plan->workspace_bytes());
+  const LayerConfig& cfg = c.params.config;
+  Buffer k(DType::bfloat16, {c.md.num_tokens, cfg.num_kv_heads, cfg.head_size});
+  Buffer v(DType::bfloat16, {c.md.num_tokens, cfg.num_kv_heads, cfg.head_size});
+  for (int64_t i = 0; i < k.view().numel(); ++i) store_from_float(k.data(), k.dtype(), i, 0.25f), store_from_float(v.data(), v.dtype(), i, -0.5f);
+  ForwardArgs args = args_for(c, c.out, &ws);
+  args.new_k = k.view(), args.new_v = v.view();
+  c.impl->run(*plan, args);
+  const int64_t n = allocations_of([&] {
+    for (int i = 0; i < 3; ++i) c.impl->run(*plan, args);
+  });
+  EXPECT_EQ(n, 0) << "allocations in 3 warm runs writing new K/V; " << c.spec.describe();
+  // The last token's slot holds the written values.
+  const PagedKV kv = c.cache->view();
+  const int64_t slot = c.md.slot_mapping.back();
+  const int64_t e = (slot / kv.block_size) * kv.block_stride + (slot % kv.block_size) * kv.token_stride;
+  EXPECT_EQ(load_as_float(kv.base, kv.dtype, e), 0.25f);
+  EXPECT_EQ(load_as_float(kv.base, kv.dtype, e + kv.v_offset), -0.5f);
+}
+
 // The counter sees the library's allocations: the one-call forward() plans (a shared plan
 // object, a copy of the metadata) and allocates its own scratch.
 TEST(RunAllocationsCounter, CountsTheLibrarysAllocations) {
