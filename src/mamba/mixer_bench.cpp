@@ -132,7 +132,7 @@ double llc_bytes() {
 
 }  // namespace
 
-std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, double dram_gbps) {
+std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, double dram_rw_gbps) {
   std::vector<std::pair<std::string, double>> figures;
   std::mt19937 rng(1234);
   const int batch = quick ? 8 : 32;
@@ -169,7 +169,7 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
       const std::string key = std::string("decode.") + layer.name;
       figures.emplace_back(key + ".us_per_step", s * 1e6);
       figures.emplace_back(key + ".state_GBps", bytes / s / 1e9);
-      if (dram_gbps > 0) figures.emplace_back(key + ".fraction_of_dram", bytes / s / 1e9 / dram_gbps);
+      if (dram_rw_gbps > 0) figures.emplace_back(key + ".fraction_of_dram_read_write", bytes / s / 1e9 / dram_rw_gbps);
     }
     // Prefill: the chunked form against the sequential recurrence, one long sequence; the two
     // run interleaved (one of each per round) so both see the same machine load.

@@ -29,6 +29,7 @@ BenchCeilings measure_ceilings(int threads, bool quick) {
   if (getloadavg(load, 1) == 1) c.load_average = load[0];
   c.read_1t = attn_bench::read_bandwidth(1, c.pool.bytes, c.reps);
   c.read_all = attn_bench::read_bandwidth(threads, c.pool.bytes, c.reps);
+  c.read_write_all = attn_bench::read_write_bandwidth(threads, c.pool.bytes, c.reps);
   c.fp32_fma = attn_bench::fp32_fma(threads, c.reps);
   c.bf16_dot = attn_bench::bf16_dot(threads, c.reps);
   c.amx_bf16 = attn_bench::amx_bf16(threads, c.reps);
@@ -93,7 +94,7 @@ int run_bench(const BenchOptions& o) {
     res.rows.push_back(measure_shape(s, res.ceilings, o.quick));
     log(std::string(" ") + std::to_string(res.rows.back().ms) + " ms\n");
   }
-  res.sets = run_figure_sets(o.filter, o.quick, res.ceilings.read_all.value, threads,
+  res.sets = run_figure_sets(o.filter, o.quick, res.ceilings.read_all.value, res.ceilings.read_write_all.value, threads,
                              [&](const std::string& name) { log("  " + name + " figures ...\n"); });
 
   const nlohmann::ordered_json j = bench_json(res);

@@ -60,6 +60,32 @@ Ceiling read_bandwidth(int threads, std::size_t bytes, int reps) {
   return {gbs, k.read_instruction};
 }
 
+Ceiling read_write_bandwidth(int threads, std::size_t bytes, int reps) {
+  const std::size_t per = bytes / std::size_t(threads) / 512 * 512;
+  attn::Buffer storage(attn::DType::int8, {int64_t(per) * threads});
+  auto* buf = static_cast<uint64_t*>(storage.data());
+  const std::size_t words = per / sizeof(uint64_t);
+#pragma omp parallel num_threads(threads)
+  {
+    uint64_t* p = buf + words * std::size_t(omp_get_thread_num());
+    std::fill(p, p + words, uint64_t{1});
+  }
+  // Each word read, incremented and written back in place: every line crosses the memory bus
+  // twice (in, and out when evicted), as a recurrent state updated in place does. GB/s counts
+  // both directions.
+  const double gbs = median_after_warmup(reps, [&] {
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      uint64_t* p = buf + words * std::size_t(omp_get_thread_num());
+#pragma omp simd
+      for (std::size_t i = 0; i < words; ++i) p[i] += 1;
+    }
+    return 2.0 * double(per) * threads / since(t0) / 1e9;
+  });
+  return {gbs, "in-place load + add + store, 64-bit lanes"};
+}
+
 Ceiling fp32_fma(int threads, int reps) {
   const SimdKernels& k = simd();
   if (!k.fma) return {0, k.fma_instruction};

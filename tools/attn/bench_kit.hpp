@@ -40,6 +40,9 @@ struct Ceiling {
 
 /// Streaming read (integer sum, 8 accumulators) of disjoint slices of a `bytes` buffer, GB/s.
 Ceiling read_bandwidth(int threads, std::size_t bytes, int reps);
+/// In-place read-modify-write stream of disjoint slices, GB/s of bytes read + written: the
+/// ceiling for kernels that update state in place (the mixers' decode).
+Ceiling read_write_bandwidth(int threads, std::size_t bytes, int reps);
 /// fp32 FMA throughput, GFLOP/s over `threads` (AVX-512 zmm, else AVX2 ymm).
 Ceiling fp32_fma(int threads, int reps);
 /// vdpbf16ps zmm throughput, GFLOP/s (64 flop per instruction); 0 without AVX512-BF16.

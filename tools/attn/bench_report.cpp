@@ -40,6 +40,7 @@ nlohmann::ordered_json bench_json(const BenchResults& r) {
   j["ceiling.load_average"] = c.load_average;
   put_ceiling(j, "dram_read_1thread", "gbs", c.read_1t);
   put_ceiling(j, "dram_read", "gbs", c.read_all);
+  put_ceiling(j, "dram_read_write", "gbs", c.read_write_all);
   put_ceiling(j, "fp32_fma", "gflops", c.fp32_fma);
   put_ceiling(j, "bf16_dot", "gflops", c.bf16_dot);
   put_ceiling(j, "amx_bf16", "gflops", c.amx_bf16);
@@ -82,12 +83,13 @@ void print_bench_table(const BenchResults& r) {
                 c.threads);
   auto line = [](const std::string& what, const attn_bench::Ceiling& x, const char* unit) {
     if (x.value > 0)
-      std::printf("  %-22s %10.1f %-8s %s\n", what.c_str(), x.value, unit, x.instruction.c_str());
+      std::printf("  %-26s %10.1f %-8s %s\n", what.c_str(), x.value, unit, x.instruction.c_str());
     else
-      std::printf("  %-22s %10s %-8s %s\n", what.c_str(), "-", "", x.instruction.c_str());
+      std::printf("  %-26s %10s %-8s %s\n", what.c_str(), "-", "", x.instruction.c_str());
   };
   line(std::string(mem) + " read, 1 thread", c.read_1t, "GB/s");
   line(std::string(mem) + " read, " + std::to_string(c.threads) + " threads", c.read_all, "GB/s");
+  line(std::string(mem) + " read+write, " + std::to_string(c.threads) + " threads", c.read_write_all, "GB/s");
   line("fp32 FMA", c.fp32_fma, "GFLOP/s");
   line("bf16 dot", c.bf16_dot, "GFLOP/s");
   line("AMX bf16", c.amx_bf16, "GFLOP/s");

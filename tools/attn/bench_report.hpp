@@ -26,7 +26,7 @@ struct BenchCeilings {
   attn_bench::Pool pool;
   int threads = 0, reps = 0;
   double load_average = -1;  // 1-minute load when the ceilings were measured; -1 = unknown
-  attn_bench::Ceiling read_1t, read_all, fp32_fma, bf16_dot, amx_bf16;
+  attn_bench::Ceiling read_1t, read_all, read_write_all, fp32_fma, bf16_dot, amx_bf16;
   /// Best non-AMX matmul throughput: what a vector-unit prefill kernel can reach.
   double matmul_peak() const { return std::max(fp32_fma.value, bf16_dot.value); }
 };

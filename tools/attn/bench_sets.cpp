@@ -16,7 +16,7 @@ std::string mixer_unit(const std::string& name) {
   if (ends_with(name, "_GBps")) return "GB/s";
   if (ends_with(name, "tokens_per_s")) return "tokens/s";
   if (ends_with(name, "speedup")) return "x";
-  if (ends_with(name, "fraction_of_dram")) return "fraction";
+  if (ends_with(name, "fraction_of_dram_read_write")) return "fraction";
   return "";
 }
 
@@ -35,7 +35,7 @@ void keep_matching(FigureSet& s, const std::string& filter) {
 
 }  // namespace
 
-std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, int threads,
+std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, double dram_rw_gbps, int threads,
                                        const std::function<void(const std::string&)>& progress) {
   std::vector<FigureSet> sets;
   if (selected("mla", filter)) {
@@ -49,8 +49,8 @@ std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, do
   }
   if (selected("mixer", filter)) {
     progress("mixer");
-    FigureSet s{"mixer", "mixers: decode state bytes read + written vs DRAM, chunked vs sequential prefill", {}};
-    for (const auto& [name, value] : attn::mixer_bench_figures(quick, dram_gbps)) {
+    FigureSet s{"mixer", "mixers: decode state bytes read + written vs the in-place read + write ceiling, chunked vs sequential prefill", {}};
+    for (const auto& [name, value] : attn::mixer_bench_figures(quick, dram_rw_gbps)) {
       s.figures.push_back({"mixer." + name, value, mixer_unit(name), ""});
     }
     keep_matching(s, filter);

@@ -29,7 +29,7 @@ std::vector<NamedFigure> step_overhead_figures(bool quick, int threads);
 /// The sets `filter` selects ("" = all): a set runs when its name contains the filter or the
 /// filter starts with its name; then only figures whose key contains the filter are kept.
 /// `progress` is told the name of each set before it runs.
-std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, int threads,
+std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, double dram_rw_gbps, int threads,
                                        const std::function<void(const std::string&)>& progress);
 
 }  // namespace attn_cli
