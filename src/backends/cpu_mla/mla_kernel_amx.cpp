@@ -1,6 +1,6 @@
 // AMX build of the MLA attend kernel (latent caches stored as bf16 or fp8, both exact in bf16).
 // A portable file: the AMX/AVX-512 code lives in functions with a target attribute and runs only
-// after mla_isa.cpp has checked the CPU and obtained the kernel's permission for tile data.
+// after the CPU layer (src/cpu/isa.cpp) has checked the CPU and obtained the kernel's permission for tile data.
 //
 // Per chunk of 32 cache entries (read from DRAM once: each key pair is packed into the V pair
 // tiles, and into a bf16 key buffer unless the chunk is contiguous bf16, whose K tiles are then
