@@ -2,7 +2,7 @@
 // bf16-dot kernel, fp32 FMA for the avx512 / portable ones, measured on the threads the kernel
 // runs on (throughput-bound: 16 independent accumulator chains per thread).
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 #include <omp.h>
 
 #include <algorithm>

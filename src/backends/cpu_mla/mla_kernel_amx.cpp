@@ -15,10 +15,7 @@
 #include "backends/cpu_mla/mla_kernel.hpp"
 
 #if defined(__x86_64__) && defined(__linux__)
-// GCC 12 flags its own _mm512_undefined_* helpers as uninitialized (false positives).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
 
 #include <algorithm>
 #include <array>
