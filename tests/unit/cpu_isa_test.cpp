@@ -74,8 +74,11 @@ TEST(CpuIsa, OverrideParsing) {
 
 TEST(CpuIsa, ChoiceRoundsDownToTheFamilysBuilds) {
   const Platform bf16 = parse_platform("cpu:avx512_bf16");
-  EXPECT_EQ(cpu::choose(bf16, {Isa::avx512, Isa::generic}), Isa::avx512);
-  EXPECT_EQ(cpu::choose(bf16, {Isa::amx, Isa::avx512_bf16, Isa::avx512, Isa::generic}), Isa::avx512_bf16);
+  {
+    ForceCpuIsa force("auto");
+    EXPECT_EQ(cpu::choose(bf16, {Isa::avx512, Isa::generic}), Isa::avx512);
+    EXPECT_EQ(cpu::choose(bf16, {Isa::amx, Isa::avx512_bf16, Isa::avx512, Isa::generic}), Isa::avx512_bf16);
+  }
   {
     ForceCpuIsa force(Isa::avx2);  // the mixers and cpu_mla have no avx2 build
     EXPECT_EQ(cpu::choose(bf16, {Isa::avx512, Isa::generic}), Isa::generic);
@@ -108,7 +111,7 @@ TEST(CpuIsa, ForcingABuildThisCpuCannotRunIsAnError) {
 }
 
 // Each family, under each build this machine runs, reports the build that ran: cpu_flash and
-// cpu_mla in the RunResult of a forward, the mixers in variant().
+// cpu_mla in the RunResult of a forward and in the descriptor's variant, the mixers in variant().
 TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
   for_each_cpu_isa(cpu::runnable_isas(detect_cpu()), [](Isa isa) {
     CaseSpec flash;
@@ -128,6 +131,13 @@ TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
     margs.q = m.q.view(), margs.out = m.out.view(), margs.cache = m.cache.get();
     const Isa mla_isa = isa == Isa::avx2 ? Isa::generic : isa;
     EXPECT_EQ(m.impl->forward(m.md, margs).variant, mla::variant_name(mla_isa));
+
+    // The selector's decisions name the same builds.
+    const auto decided = [](const char* backend) { return Registry::instance().find(backend)->variant(detect_cpu()); };
+    EXPECT_EQ(decided("cpu_flash"), cpu::to_string(flash_isa));
+    EXPECT_EQ(decided("cpu_mla"), mla::variant_name(mla_isa));
+    EXPECT_EQ(decided("cpu_sparse"), std::string(mla::variant_name(mla_isa)) + " topk");
+    EXPECT_EQ(decided("cpu_blocksparse"), std::string(mla::variant_name(std::min(mla_isa, Isa::avx512_bf16))) + " block-sparse");
 
     const MixerParams mp = random_mixer_params(
         MixerConfig::from_dims(MambaType::short_conv, {{"d_inner", 8}, {"d_conv", 3}}), 1);
