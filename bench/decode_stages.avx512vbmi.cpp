@@ -38,6 +38,7 @@
 
 #include "attn/platform.hpp"
 #include "bench_kit.hpp"
+#include "cpu/isa.hpp"
 
 namespace {
 
@@ -259,9 +260,7 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) try {
   const attn::Platform& cpu = attn::detect_cpu();
-  using attn::CpuFeature;
-  if (!(cpu.has(CpuFeature::avx512f) && cpu.has(CpuFeature::avx512bw) && cpu.has(CpuFeature::avx512_bf16) &&
-        cpu.has(CpuFeature::avx512_vbmi))) {
+  if (attn::cpu::best_isa(cpu) < attn::cpu::Isa::avx512_bf16 || !cpu.has(attn::CpuFeature::avx512_vbmi)) {
     std::fprintf(stderr, "attn_decode_stages needs AVX-512 BF16 and VBMI (the kernels it times)\n");
     return 1;
   }

@@ -206,8 +206,8 @@ class MixerImpl {
             Workspace* workspace = nullptr) const;
   void conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
   /// The kernel variant that runs ("avx512" / "generic"), fixed when the mixer is created: the
-  /// best this CPU runs, or env ATTN_MIXER_ISA = auto | avx512 | generic (capped at the best;
-  /// another value → attn::Error listing these).
+  /// best this CPU runs, or the build env ATTN_CPU_ISA forces (avx512_bf16 / amx run avx512,
+  /// avx2 runs generic; an unknown name or a build this CPU cannot run → attn::Error).
   virtual std::string variant() const;
 
  protected:

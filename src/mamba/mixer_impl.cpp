@@ -1,31 +1,19 @@
 // MixerImpl base: ISA choice and the checks every backend shares (the conv is in mixer_conv.cpp).
 #include <omp.h>
 
-#include <cstdlib>
 #include <vector>
 
 #include "attn/error.hpp"
 #include "attn/platform.hpp"
+#include "cpu/isa.hpp"
 #include "mamba/mixer_support.hpp"
 
 namespace attn {
 
 namespace mixer {
 
-namespace {
-bool runs_avx512(const Platform& p) {
-  return p.kind == PlatformKind::cpu && p.has(CpuFeature::avx512f) && p.has(CpuFeature::avx512bw) &&
-         p.has(CpuFeature::avx512vl);
-}
-}  // namespace
-
 std::string chosen_isa(const Platform& p) {
-  const std::string best = runs_avx512(p) ? "avx512" : "generic";
-  const char* env = std::getenv("ATTN_MIXER_ISA");
-  const std::string want = env ? env : "";
-  if (want.empty() || want == "auto") return best;
-  require(want == "avx512" || want == "generic", "ATTN_MIXER_ISA", want, "one of auto, avx512, generic");
-  return want == "avx512" ? best : want;
+  return std::string(cpu::to_string(cpu::choose(p, {cpu::Isa::avx512, cpu::Isa::generic})));
 }
 
 std::string descriptor_variant(const Platform& p) { return chosen_isa(p); }

@@ -63,10 +63,10 @@ static inline float softplus(float x) {
 static inline float sigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }
 static inline float silu(float x) { return x * sigmoid(x); }
 
-/// The kernel build a mixer created now on platform `p` runs: "avx512" when `p` runs the AVX-512
-/// builds, else "generic"; env ATTN_MIXER_ISA (auto | avx512 | generic) asks for one, capped at
-/// what `p` runs, so the portable kernels can be tested on an AVX-512 machine. Another value →
-/// attn::Error listing the valid ones.
+/// The kernel build a mixer (scan and conv) created now on platform `p` runs, from the CPU
+/// layer's builds (src/cpu/isa.hpp): "avx512" when `p` runs it, else "generic"; ATTN_CPU_ISA
+/// forces one (avx512_bf16 or amx run avx512, avx2 runs generic), so the portable kernels are
+/// tested on an AVX-512 machine too.
 std::string chosen_isa(const Platform& p);
 
 /// float32, contiguous, exact extents; `name` is the argument named in the error.

@@ -15,6 +15,7 @@
 
 #include "conformance/case_generator.hpp"
 #include "selector/selector_test_util.hpp"
+#include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 
 namespace attn::test {
@@ -309,12 +310,10 @@ INSTANTIATE_TEST_SUITE_P(Backends, NanIsolation, ::testing::ValuesIn(cpu_backend
 // portable build reduces with one lane, where a max that drops a NaN score drops every score
 // before it too.
 TEST(NanIsolationCpuFlashBuilds, EveryKernelBuild) {
-  for (const char* isa : {"generic", "avx2", "avx512"}) {
-    ScopedEnv env("ATTN_CPU_ISA", std::string(isa));
-    SCOPED_TRACE(std::string("ATTN_CPU_ISA=") + isa);
+  for_each_cpu_isa(family_isas_here({cpu::Isa::avx512, cpu::Isa::avx2, cpu::Isa::generic}), [](cpu::Isa) {
     run_all("cpu_flash", false);
     run_all("cpu_flash", true);
-  }
+  });
 }
 
 }  // namespace

@@ -1,47 +1,22 @@
 #pragma once
-// Mixer tests under every kernel build this CPU runs (ATTN_MIXER_ISA), and the long-prefill
+// Mixer tests under every kernel build this CPU runs (ATTN_CPU_ISA), and the long-prefill
 // checks that drive the chunked forms through whole register tiles and ragged edges.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
-#include <string>
 #include <vector>
 
-#include "attn/platform.hpp"
+#include "support/cpu_isa_env.hpp"
 #include "support/mamba_checks.hpp"
 
 namespace attn::test {
 
 /// Every mixer kernel build this CPU runs, best first ("avx512" only where the CPU has it).
-inline std::vector<std::string> mixer_isas() {
-  const Platform& p = detect_cpu();
-  const bool avx512 = p.has(CpuFeature::avx512f) && p.has(CpuFeature::avx512bw) && p.has(CpuFeature::avx512vl);
-  if (avx512) return {"avx512", "generic"};
-  return {"generic"};
-}
-
-/// Sets ATTN_MIXER_ISA for the scope (a mixer picks its kernel build when it is created).
-class ForceMixerIsa {
- public:
-  explicit ForceMixerIsa(const std::string& isa) {
-    if (const char* old = std::getenv("ATTN_MIXER_ISA")) old_ = old;
-    setenv("ATTN_MIXER_ISA", isa.c_str(), 1);
-  }
-  ~ForceMixerIsa() { old_ ? setenv("ATTN_MIXER_ISA", old_->c_str(), 1) : unsetenv("ATTN_MIXER_ISA"); }
-
- private:
-  std::optional<std::string> old_;
-};
+inline std::vector<cpu::Isa> mixer_isas() { return family_isas_here({cpu::Isa::avx512, cpu::Isa::generic}); }
 
 /// Runs `body` once per kernel build, the build named in every failure.
 template <typename F>
 void for_each_mixer_isa(F&& body) {
-  for (const std::string& isa : mixer_isas()) {
-    SCOPED_TRACE("ATTN_MIXER_ISA=" + isa);
-    ForceMixerIsa force(isa);
-    body();
-  }
+  for_each_cpu_isa(mixer_isas(), [&](cpu::Isa) { body(); });
 }
 
 /// Long prefills: a sequence of 229 tokens (no multiple of the chunk) continuing a carried-in

@@ -4,13 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include "attn/platform.hpp"
 #include "bench_paged_rows.hpp"
+#include "cpu/isa.hpp"
 
 namespace attn_bench {
 namespace {
@@ -46,31 +42,17 @@ const SimdKernels kPortable{"64-bit scalar loads", read_sum, paged_sum, "none (n
 
 }  // namespace
 
-// Linux keeps AMX tile data off until the process asks (ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); the grant is process-wide, so one request serves every thread.
-bool amx_granted() {
-  static const bool ok = [] {
-    const attn::Platform& p = attn::detect_cpu();
-    if (!p.has(attn::CpuFeature::amx_tile) || !p.has(attn::CpuFeature::amx_bf16)) return false;
-#if defined(__x86_64__) && defined(__linux__)
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-    return false;
-#endif
-  }();
-  return ok;
-}
+bool amx_granted() { return attn::cpu::amx_permitted(); }
 
 const SimdKernels& simd_portable() { return kPortable; }
 
 const SimdKernels& simd() {
+  // The machine's best build, whatever ATTN_CPU_ISA forces on the kernels: a ceiling is the machine's.
   static const SimdKernels* chosen = [] {
-    using attn::CpuFeature;
-    const attn::Platform& p = attn::detect_cpu();
-    const bool avx512 = p.has(CpuFeature::avx512f) && p.has(CpuFeature::avx512bw) && p.has(CpuFeature::avx512vl);
-    if (avx512 && simd_avx512()) return simd_avx512();
-    if (p.has(CpuFeature::avx2) && p.has(CpuFeature::fma) && simd_avx2()) return simd_avx2();
+    using attn::cpu::Isa;
+    const Isa best = attn::cpu::best_isa(attn::detect_cpu());
+    if (best >= Isa::avx512 && simd_avx512()) return simd_avx512();
+    if (best >= Isa::avx2 && simd_avx2()) return simd_avx2();
     return &kPortable;
   }();
   return *chosen;

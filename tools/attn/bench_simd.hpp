@@ -33,10 +33,10 @@ struct SimdKernels {
 const SimdKernels* simd_avx512();  // nullptr when not built with AVX-512 flags
 const SimdKernels* simd_avx2();    // nullptr when not built with AVX2 flags
 const SimdKernels& simd_portable();
-/// The best table this CPU runs (attn::detect_cpu features).
+/// The best table this CPU runs (attn::cpu::best_isa of the detected CPU).
 const SimdKernels& simd();
 
-/// AMX: requests tile data from the OS once (Linux arch_prctl); false when not granted.
+/// AMX: the CPU layer's grant of tile data (attn::cpu::amx_permitted); false when not granted.
 bool amx_granted();
 /// `iters` rounds of tdpbf16ps on 4 independent accumulator tiles after loading the tile
 /// config on this thread; returns the flop done (0 when not built with AMX flags).

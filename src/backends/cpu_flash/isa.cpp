@@ -1,8 +1,5 @@
 #include "backends/cpu_flash/isa.hpp"
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "attn/error.hpp"
 #include "attn/types.hpp"
 #include "backends/cpu_flash/decode.hpp"
@@ -10,55 +7,35 @@
 
 namespace attn::cpu_flash {
 namespace {
-constexpr Isa kAllIsas[] = {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic};  // best first
+// The kernel builds this family has (best first in isa_variants).
+constexpr std::initializer_list<Isa> kBuilds = {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic};
 }  // namespace
 
-std::string_view to_string(Isa isa) {
-  switch (isa) {
-    case Isa::avx512_bf16: return "avx512_bf16";
-    case Isa::avx512: return "avx512";
-    case Isa::avx2: return "avx2";
-    default: return "generic";
-  }
-}
-
-Isa best_isa(const Platform& p) {
-#if defined(__x86_64__) || defined(_M_X64)
-  const bool avx512 = p.has(CpuFeature::avx512f) && p.has(CpuFeature::avx512bw) && p.has(CpuFeature::avx512vl);
-  if (avx512 && p.has(CpuFeature::avx512_bf16)) return Isa::avx512_bf16;
-  if (avx512) return Isa::avx512;
-  if (p.has(CpuFeature::avx2) && p.has(CpuFeature::fma)) return Isa::avx2;
-#endif
-  return Isa::generic;
-}
+Isa best_isa(const Platform& p) { return cpu::best_of(p, kBuilds); }
 
 Isa chosen_isa(const Platform& p) {
-  const Isa best = best_isa(p);
-  const char* env = std::getenv("ATTN_CPU_ISA");
-  if (!env || !*env || std::string_view(env) == "auto") {
+  const Isa isa = cpu::choose(p, kBuilds);
 #if defined(__x86_64__) || defined(_M_X64)
-    // Where bf16 dot products run slower than fp32 FMA (measured on this CPU, once), the fp32
-    // build is the faster one; only timed when this CPU itself can run the instruction.
-    if (best == Isa::avx512_bf16 && best_isa(detect_cpu()) == Isa::avx512_bf16 && !prefill::bf16_dot_beats_fma())
-      return Isa::avx512;
+  // Where bf16 dot products run slower than fp32 FMA (measured on this CPU, once), the fp32
+  // build is the faster one; only timed when this CPU itself can run the instruction, and only
+  // when no build is forced.
+  if (isa == Isa::avx512_bf16 && !cpu::forced_isa() && best_isa(detect_cpu()) == Isa::avx512_bf16 &&
+      !prefill::bf16_dot_beats_fma())
+    return Isa::avx512;
 #endif
-    return best;
-  }
-  for (Isa isa : kAllIsas)
-    if (to_string(isa) == env) return std::min(isa, best);
-  throw Error(std::string("ATTN_CPU_ISA=") + env + " invalid: expected one of auto, avx512_bf16, avx512, avx2, generic");
+  return isa;
 }
 
 std::vector<std::string> isa_variants(const Platform& p) {
   std::vector<std::string> out;
-  for (Isa isa : kAllIsas)
+  for (Isa isa : kBuilds)
     if (isa <= best_isa(p)) out.emplace_back(to_string(isa));
   return out;
 }
 
 Isa isa_for_variant(const std::string& variant, const Platform& p) {
   if (variant.empty()) return chosen_isa(p);
-  for (Isa isa : kAllIsas)
+  for (Isa isa : kBuilds)
     if (to_string(isa) == variant && isa <= best_isa(p)) return isa;
   throw Error("variant='" + variant + "' invalid for cpu_flash on this CPU: expected one of " + join(isa_variants(p)));
 }

@@ -1,22 +1,24 @@
 #pragma once
-/// Run-time choice of the kernel build: the best the CPU supports, or the one env
-/// ATTN_CPU_ISA=avx512_bf16|avx512|avx2|generic forces (capped at what the CPU supports, so a
-/// forced variant can never fault). Tests use the override to cover every variant.
+/// cpu_flash's kernel table over the CPU layer's builds (src/cpu/isa.hpp): generic, avx2, avx512
+/// and avx512_bf16; ATTN_CPU_ISA forces one (amx runs avx512_bf16). Tests use the override to
+/// cover every variant.
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attn/platform.hpp"
 #include "backends/cpu_flash/kernel_args.hpp"
+#include "cpu/isa.hpp"
 
 namespace attn::cpu_flash {
 
-enum class Isa : int { generic = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
+using cpu::Isa;
+using cpu::to_string;
 
-std::string_view to_string(Isa isa);
 /// The best variant `platform` can run.
 Isa best_isa(const Platform& platform);
-/// best_isa capped by ATTN_CPU_ISA when set; throws attn::Error for an unknown name.
+/// best_isa, or the one ATTN_CPU_ISA forces (cpu::choose: attn::Error for an unknown name or a
+/// build this CPU cannot run).
 Isa chosen_isa(const Platform& platform);
 /// The variants `platform` can run, best first (BackendDescriptor::variants).
 std::vector<std::string> isa_variants(const Platform& platform);

@@ -3,7 +3,7 @@
 // it on some Intel parts). The feature flags cannot tell these apart, so the rates are timed
 // once per process: 12 independent accumulator chains each (enough to cover the latency on
 // every part we know), a few hundred microseconds in all.
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 
 #include <time.h>
 

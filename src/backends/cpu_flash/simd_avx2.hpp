@@ -1,7 +1,7 @@
 #pragma once
 /// AVX2+FMA vector traits for kernel_impl.hpp: 8 fp32 lanes, 8 accumulators per micro-tile
 /// (16 ymm registers in all). A head size that is not a multiple of 8 ends in a tail vector.
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 
 #include <cmath>
 #include <cstdint>

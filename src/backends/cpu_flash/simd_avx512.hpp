@@ -1,10 +1,7 @@
 #pragma once
 /// AVX-512 vector traits for kernel_impl.hpp: 16 fp32 lanes, 16 accumulators per micro-tile.
 /// Included only by *.avx512.cpp files, inside the including file's ISA namespace.
-// GCC 12 flags its own _mm512_reduce_* / _mm512_undefined helpers as uninitialized (false positives).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
 
 #include <cmath>
 #include <cstdint>

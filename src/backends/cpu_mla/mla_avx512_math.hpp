@@ -3,7 +3,7 @@
 // target attribute, so a portable translation unit (the AMX file) can inline them into functions
 // with a wider target, and a file built with -mavx512* flags uses them as they are.
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 
 #define ATTN_MLA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 

@@ -158,7 +158,7 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
     dec.threads = threads;
     Bench bench(dec);
     const int used = threads > 0 ? threads : omp_get_max_threads();
-    const mla::MlaIsa isa = mla::chosen_isa(detect_cpu());
+    const mla::Isa isa = mla::chosen_isa(detect_cpu());
     // Ceiling samples around the timed calls, so both see the same machine load.
     const double peak0 = mla::product_peak_gflops(isa, used, 3);
     const double dec_ms = bench.median_ms(heads > 16 ? std::max(3, reps - 2) : reps);
@@ -173,7 +173,7 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
     if (dram_gbps > 0) f.push_back({key + ".fraction_of_dram", gbs / dram_gbps, "fraction", "target >= 0.70"});
     if (peak > 0) {
       f.push_back({key + ".product_gflops", peak, "GFLOP/s",
-                   std::string(isa == mla::MlaIsa::avx512_bf16 ? "vdpbf16ps" : "fp32 FMA") + " peak, this run"});
+                   std::string(isa == mla::Isa::avx512_bf16 ? "vdpbf16ps" : "fp32 FMA") + " peak, this run"});
       const double roof = dram_gbps > 0 ? std::min(dram_gbps, peak / intensity) : peak / intensity;
       f.push_back({key + ".fraction_of_roofline", gbs / roof, "fraction",
                    "roofline " + std::to_string(roof).substr(0, 5) + " GB/s = min(DRAM, peak / " +

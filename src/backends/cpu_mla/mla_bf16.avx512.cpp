@@ -10,9 +10,7 @@
 // visible to only some lanes (a causal diagonal, an odd last key) are added in fp32 under a lane
 // mask, so a masked lane never multiplies a non-finite value.
 #if defined(__x86_64__)
-// GCC 12 flags its own _mm512_undefined_* helpers as uninitialized (false positives).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
 
 #include <algorithm>
 #include <limits>

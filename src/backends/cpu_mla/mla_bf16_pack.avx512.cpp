@@ -2,7 +2,7 @@
 // by key pairs, read once from the cache and then shared by every head block, and the exact
 // fp8 → bf16 widening of fp8 caches.
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 
 #include <array>
 

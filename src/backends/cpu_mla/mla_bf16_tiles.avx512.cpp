@@ -3,7 +3,7 @@
 // and issues about one load per product: a q (or P) vector shared by the tile's keys (columns)
 // and one broadcast bf16 pair per key (column).
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
 // bf16-dot kernel, fp32 FMA for the avx512 / portable ones, measured on the threads the kernel
 // runs on (throughput-bound: 16 independent accumulator chains per thread).
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 #include <omp.h>
 
 #include <algorithm>
@@ -33,9 +33,9 @@ double chains(long iters) {
 
 }  // namespace
 
-double product_peak_gflops(MlaIsa isa, int threads, int samples) {
-  if (isa == MlaIsa::amx || isa == MlaIsa::portable) return 0;
-  const bool bf16 = isa == MlaIsa::avx512_bf16;
+double product_peak_gflops(Isa isa, int threads, int samples) {
+  if (isa == Isa::amx || isa == Isa::generic) return 0;
+  const bool bf16 = isa == Isa::avx512_bf16;
   std::vector<double> g;
   for (int s = 0; s < samples; ++s) {
     double flop = 0;
@@ -53,6 +53,6 @@ double product_peak_gflops(MlaIsa isa, int threads, int samples) {
 #else
 #include "backends/cpu_mla/mla_kernel.hpp"
 namespace attn::mla {
-double product_peak_gflops(MlaIsa, int, int) { return 0; }
+double product_peak_gflops(Isa, int, int) { return 0; }
 }  // namespace attn::mla
 #endif

@@ -1,7 +1,7 @@
 // AVX-512 build of the MLA attend kernel: 16-wide fp32 FMAs, 16-bit cache entries widened in
 // registers (bf16 by a shift, f16 by vcvtph2ps), fp8 through the scalar table.
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"
 
 #include <algorithm>
 #include <cmath>

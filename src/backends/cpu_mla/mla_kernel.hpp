@@ -8,6 +8,7 @@
 
 #include "attn/kv_cache.hpp"
 #include "attn/platform.hpp"
+#include "cpu/isa.hpp"
 
 namespace attn::mla {
 
@@ -49,7 +50,7 @@ AttendFn attend_avx512_bf16();
 bool bf16_handles(const AttendArgs& args);
 /// The same test from a layer's cache storage dtype and rank (for variant names).
 bool bf16_handles_storage(DType cache_dtype, int rank);
-/// Requires amx_tile/amx_bf16 + avx512_bf16 and the OS permission (see mla_isa.cpp). Runs the
+/// Requires amx_tile/amx_bf16 + avx512_bf16 and the OS permission (cpu::amx_permitted). Runs the
 /// AMX kernel for the calls amx_handles() accepts and the avx512 one for the others.
 AttendFn attend_amx();
 /// MLA latent entries (V inside K) stored as bf16 or fp8 (exact in bf16), rank % 32 == 0.
@@ -57,20 +58,21 @@ bool amx_handles(const AttendArgs& args);
 /// The same test from a layer's cache storage dtype (for variant names).
 bool amx_handles_storage(DType cache_dtype);
 
-/// Kernel ISAs, worst to best. ATTN_MLA_ISA=auto|amx|avx512bf16|avx512|generic caps the choice
-/// (tests run every variant that way); an unknown value is an Error.
-enum class MlaIsa { portable, avx512, avx512_bf16, amx };
-std::string_view to_string(MlaIsa isa);
-/// What `platform` supports, capped by ATTN_MLA_ISA. On the detected CPU, amx also needs the
-/// kernel's permission for AMX tile data (requested once per process; denied → avx512).
+/// The kernel builds (src/cpu/isa.hpp): amx, avx512_bf16, avx512, generic. ATTN_CPU_ISA forces
+/// one (tests run every build that way); an unknown or unrunnable value is an Error.
+using cpu::Isa;
+/// The build's name in variants: "amx", "avx512bf16", "avx512" or "portable".
+std::string_view variant_name(Isa isa);
+/// What `platform` supports, or the build ATTN_CPU_ISA forces. On the detected CPU, amx also
+/// needs the OS permission for AMX tile data (cpu::amx_permitted; denied → avx512_bf16).
 /// latent = false: callers with separate K/V rows (block-sparse), which AMX never serves.
-MlaIsa chosen_isa(const Platform& platform, bool latent = true);
+Isa chosen_isa(const Platform& platform, bool latent = true);
 /// The kernel variant a platform gets: "amx", "avx512bf16", "avx512" or "portable".
 std::string variant_for(const Platform& platform, bool latent = true);
 /// Median over `samples` runs of the product instruction's peak on `threads` threads, GFLOP/s
 /// (2 per multiply-add): vdpbf16ps for avx512bf16, fp32 FMA for avx512; 0 where not measured
 /// (amx, portable).
-double product_peak_gflops(MlaIsa isa, int threads, int samples);
+double product_peak_gflops(Isa isa, int threads, int samples);
 /// The best attend function for this CPU and its name.
 AttendFn best_attend(std::string* name = nullptr);
 

@@ -1,6 +1,6 @@
 // AMX build of the MLA attend kernel (latent caches stored as bf16 or fp8, both exact in bf16).
 // A portable file: the AMX/AVX-512 code lives in functions with a target attribute and runs only
-// after mla_isa.cpp has checked the CPU and obtained the kernel's permission for tile data.
+// after the CPU layer (src/cpu/isa.cpp) has checked the CPU and obtained the kernel's permission for tile data.
 //
 // Per chunk of 32 cache entries (read from DRAM once: each key pair is packed into the V pair
 // tiles, and into a bf16 key buffer unless the chunk is contiguous bf16, whose K tiles are then
@@ -15,10 +15,7 @@
 #include "backends/cpu_mla/mla_kernel.hpp"
 
 #if defined(__x86_64__) && defined(__linux__)
-// GCC 12 flags its own _mm512_undefined_* helpers as uninitialized (false positives).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
 
 #include <algorithm>
 #include <array>

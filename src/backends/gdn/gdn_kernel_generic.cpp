@@ -1,3 +1,3 @@
 // Gated delta rule, portable build.
-#define ATTN_MIXER_ISA generic
+#define ATTN_MIXER_BUILD generic
 #include "backends/gdn/gdn_kernel.inc"

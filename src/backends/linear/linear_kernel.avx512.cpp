@@ -1,3 +1,3 @@
 // Linear-attention scan built with AVX-512 flags (chosen at run time).
-#define ATTN_MIXER_ISA avx512
+#define ATTN_MIXER_BUILD avx512
 #include "backends/linear/linear_kernel.inc"

@@ -1,3 +1,3 @@
 // Linear-attention scan, portable build.
-#define ATTN_MIXER_ISA generic
+#define ATTN_MIXER_BUILD generic
 #include "backends/linear/linear_kernel.inc"

@@ -1,3 +1,3 @@
 // Mamba-1 scan, portable build.
-#define ATTN_MIXER_ISA generic
+#define ATTN_MIXER_BUILD generic
 #include "backends/mamba1/mamba1_kernel.inc"

@@ -7,6 +7,7 @@
 
 #include "attn/platform.hpp"
 #include "backends/cpu_flash/isa.hpp"
+#include "support/cpu_isa_env.hpp"
 
 namespace attn::cpu_flash::test {
 
@@ -23,25 +24,6 @@ inline std::vector<Isa> variants() {
 }
 
 /// Sets ATTN_CPU_ISA for the scope (implementations pick their ISA when created).
-class ForceIsa {
- public:
-  explicit ForceIsa(Isa isa) : ForceIsa(std::string(to_string(isa))) {}
-  explicit ForceIsa(const std::string& name) {
-    if (const char* old = std::getenv("ATTN_CPU_ISA")) old_ = old, had_ = true;
-    setenv("ATTN_CPU_ISA", name.c_str(), 1);
-  }
-  ~ForceIsa() {
-    if (had_)
-      setenv("ATTN_CPU_ISA", old_.c_str(), 1);
-    else
-      unsetenv("ATTN_CPU_ISA");
-  }
-  ForceIsa(const ForceIsa&) = delete;
-  ForceIsa& operator=(const ForceIsa&) = delete;
-
- private:
-  std::string old_;
-  bool had_ = false;
-};
+using ForceIsa = attn::test::ForceCpuIsa;
 
 }  // namespace attn::cpu_flash::test

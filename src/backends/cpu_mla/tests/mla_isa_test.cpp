@@ -1,48 +1,21 @@
 // cpu_mla / cpu_sparse under every attend kernel this CPU runs
-// (ATTN_MLA_ISA=amx|avx512bf16|avx512|generic):
+// (ATTN_CPU_ISA=amx|avx512_bf16|avx512|generic):
 // the same fp64 oracles, the variant naming the kernel that ran, and the AMX kernel's edges
 // (partial 16-row groups, causal limits inside a 32-key chunk, hi/lo-split f32 q, fp8 caches).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
-
 #include "attn/attn.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
+#include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 
 namespace attn::test {
 namespace {
 
-/// Sets ATTN_MLA_ISA for one scope and restores what was there.
-class IsaEnv {
- public:
-  explicit IsaEnv(const std::string& value) {
-    if (const char* old = std::getenv("ATTN_MLA_ISA")) old_ = old;
-    setenv("ATTN_MLA_ISA", value.c_str(), 1);
-  }
-  ~IsaEnv() {
-    if (old_) setenv("ATTN_MLA_ISA", old_->c_str(), 1);
-    else unsetenv("ATTN_MLA_ISA");
-  }
-
- private:
-  std::optional<std::string> old_;
-};
-
-std::vector<mla::MlaIsa> isas_here() {
-  std::vector<mla::MlaIsa> v{mla::MlaIsa::portable};
-  const mla::MlaIsa best = [] {
-    IsaEnv auto_env("auto");
-    return mla::chosen_isa(detect_cpu());
-  }();
-  if (best >= mla::MlaIsa::avx512) v.push_back(mla::MlaIsa::avx512);
-  if (best >= mla::MlaIsa::avx512_bf16) v.push_back(mla::MlaIsa::avx512_bf16);
-  if (best >= mla::MlaIsa::amx) v.push_back(mla::MlaIsa::amx);
-  return v;
+/// The attend kernels this CPU runs, best first.
+std::vector<mla::Isa> isas_here() {
+  return family_isas_here({mla::Isa::amx, mla::Isa::avx512_bf16, mla::Isa::avx512, mla::Isa::generic});
 }
-
-std::string isa_env_name(mla::MlaIsa isa) { return isa == mla::MlaIsa::portable ? "generic" : std::string(to_string(isa)); }
 
 void expect_matches(const MlaCaseSpec& spec, const std::string& want_variant) {
   MlaCase c = make_mla_case(spec);
@@ -69,28 +42,26 @@ MlaCaseSpec base(const std::string& backend, DType io, KVCacheDType kv, uint64_t
 
 TEST(CpuMlaIsa, EveryKernelMatchesTheOracle) {
   const uint64_t seed = fresh_seed();
-  for (mla::MlaIsa isa : isas_here()) {
-    IsaEnv env(isa_env_name(isa));
+  for_each_cpu_isa(isas_here(), [&](mla::Isa isa) {
     for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
       for (DType io : {DType::bfloat16, DType::float32, DType::float16}) {
         for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
           const MlaCaseSpec spec = base(backend, io, kv, seed);
           const DType storage = kv_storage_dtype(kv, io);
           // AMX and bf16-dot serve bf16 / fp8 caches; a float32 or float16 cache runs the avx512 kernel.
-          const bool dot_kernel = isa == mla::MlaIsa::amx || isa == mla::MlaIsa::avx512_bf16;
-          const mla::MlaIsa ran = dot_kernel && !mla::amx_handles_storage(storage) ? mla::MlaIsa::avx512 : isa;
-          expect_matches(spec, std::string(to_string(ran)));
+          const bool dot_kernel = isa == mla::Isa::amx || isa == mla::Isa::avx512_bf16;
+          const mla::Isa ran = dot_kernel && !mla::amx_handles_storage(storage) ? mla::Isa::avx512 : isa;
+          expect_matches(spec, std::string(mla::variant_name(ran)));
         }
       }
     }
-  }
+  });
 }
 
 TEST(CpuMlaIsa, DeepSeekHeadsLongContextAndThreads) {
   const uint64_t seed = fresh_seed();
-  for (mla::MlaIsa isa : isas_here()) {
-    if (isa == mla::MlaIsa::portable) continue;  // the long cases are slow without SIMD
-    IsaEnv env(isa_env_name(isa));
+  for_each_cpu_isa(isas_here(), [&](mla::Isa isa) {
+    if (isa == mla::Isa::generic) return;  // the long cases are slow without SIMD
     for (int heads : {1, 16, 128}) {
       for (int threads : {1, 2}) {
         MlaCaseSpec spec = base("cpu_mla", DType::bfloat16, KVCacheDType::auto_, seed + heads + threads);
@@ -99,7 +70,7 @@ TEST(CpuMlaIsa, DeepSeekHeadsLongContextAndThreads) {
         spec.seqs = {{700, 1}, {33, 40}};  // a split decode and a prefill chunk of 40 tokens
         // Blocks of 64 hold whole 32-key chunks (AMX reads their K tiles in place); 48 mixes both.
         spec.block_size = threads == 1 ? 64 : 48;
-        expect_matches(spec, std::string(to_string(isa)));
+        expect_matches(spec, std::string(mla::variant_name(isa)));
       }
     }
     MlaCaseSpec sparse = base("cpu_sparse", DType::bfloat16, KVCacheDType::fp8_e4m3, seed);
@@ -107,26 +78,33 @@ TEST(CpuMlaIsa, DeepSeekHeadsLongContextAndThreads) {
     sparse.seqs = {{1500, 2}};
     sparse.topk = 1100;
     sparse.num_threads = 2;
-    expect_matches(sparse, std::string(to_string(isa)));
-  }
+    expect_matches(sparse, std::string(mla::variant_name(isa)));
+  });
 }
 
 TEST(CpuMlaIsa, UnknownIsaIsAnErrorAndRequestsAreCappedByThePlatform) {
   {
-    IsaEnv env("sse9");
+    ForceCpuIsa env("sse9");
     try {
       (void)mla::chosen_isa(detect_cpu());
-      FAIL() << "an unknown ATTN_MLA_ISA must be rejected";
+      FAIL() << "an unknown ATTN_CPU_ISA must be rejected";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("ATTN_MLA_ISA=sse9"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ATTN_CPU_ISA=sse9"), std::string::npos) << e.what();
     }
   }
-  IsaEnv env("amx");
-  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512")), "avx512");
-  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512bf16");
-  EXPECT_EQ(mla::variant_for(parse_platform("cpu:generic")), "portable");
+  {
+    // Planning platforms cap a forced build at what they run (this CPU refuses one it cannot run).
+    ForceCpuIsa env("amx");
+    EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512")), "avx512");
+    EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512bf16");
+    EXPECT_EQ(mla::variant_for(parse_platform("cpu:generic")), "portable");
+  }
   // Block-sparse rows carry separate K and V: never the AMX kernel.
+  ForceCpuIsa env(cpu::best_isa(detect_cpu()));
   EXPECT_NE(mla::variant_for(detect_cpu(), /*latent=*/false), "amx");
+  // cpu_mla's own name for the bf16-dot build is accepted as a value too.
+  ForceCpuIsa named("avx512bf16");
+  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512bf16");
 }
 
 }  // namespace

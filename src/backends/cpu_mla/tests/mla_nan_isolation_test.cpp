@@ -5,31 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <optional>
 
 #include "attn/attn.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
 #include "backends/cpu_mla/tests/plant_nonfinite.hpp"
+#include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 
 namespace attn::test {
 namespace {
-
-class IsaScope {
- public:
-  explicit IsaScope(const char* value) {
-    if (const char* old = std::getenv("ATTN_MLA_ISA")) old_ = old;
-    setenv("ATTN_MLA_ISA", value, 1);
-  }
-  ~IsaScope() {
-    if (old_) setenv("ATTN_MLA_ISA", old_->c_str(), 1);
-    else unsetenv("ATTN_MLA_ISA");
-  }
-
- private:
-  std::optional<std::string> old_;
-};
 
 /// Runs the case, plants non-finite values in every sequence's last position and tail slots,
 /// runs it again and compares the rows that cannot see the last position.
@@ -59,16 +43,7 @@ void expect_isolated(const MlaCaseSpec& spec) {
 
 TEST(CpuMlaNan, MaskedKeysInTheSameTileContributeNothing) {
   const uint64_t seed = fresh_seed();
-  std::vector<const char*> isas{"generic"};
-  const mla::MlaIsa best = [] {
-    IsaScope env("auto");
-    return mla::chosen_isa(detect_cpu());
-  }();
-  if (best >= mla::MlaIsa::avx512) isas.push_back("avx512");
-  if (best >= mla::MlaIsa::avx512_bf16) isas.push_back("avx512bf16");
-  if (best >= mla::MlaIsa::amx) isas.push_back("amx");
-  for (const char* isa : isas) {
-    IsaScope env(isa);
+  for_each_cpu_isa(family_isas_here({mla::Isa::amx, mla::Isa::avx512_bf16, mla::Isa::avx512, mla::Isa::generic}), [&](mla::Isa) {
     // 4 heads: one lane block holds several tokens (ragged limits inside a vector); 16 and 20:
     // one or one and a bit lane blocks per token.
     for (int heads : {4, 16, 20}) {
@@ -86,12 +61,11 @@ TEST(CpuMlaNan, MaskedKeysInTheSameTileContributeNothing) {
           // a fresh prefill and a long one that splits over threads
           spec.seqs = {{50, 13}, {0, 29}, {37, 2}, {300, 3}};
           spec.num_threads = 2;
-          SCOPED_TRACE(std::string("ATTN_MLA_ISA=") + isa);
           expect_isolated(spec);
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
+#include "backends/cpu_mla/mla_kernel.hpp"
+#include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 
 namespace attn::test {
@@ -33,12 +35,17 @@ void expect_matches(const CaseSpec& spec) {
   EXPECT_TRUE(r.ok) << spec.describe() << ": " << r.message << " (max abs err " << r.max_abs_err << ")";
 }
 
+// Under each attend kernel build this CPU runs (the shared cpu_mla kernels).
 TEST(CpuBlockSparse, MatchesOracleForEveryDeclaredDtype) {
   const uint64_t seed = fresh_seed();
   auto desc = Registry::instance().find("cpu_blocksparse");
   ASSERT_TRUE(desc);
-  for (DType io : desc->caps.dtypes)
-    for (KVCacheDType kv : desc->caps.kv_cache_dtypes) expect_matches(blocksparse_case(io, kv, seed));
+  for_each_cpu_isa(family_isas_here({mla::Isa::avx512_bf16, mla::Isa::avx512, mla::Isa::generic}), [&](mla::Isa isa) {
+    const Case probe = make_case(blocksparse_case(DType::bfloat16, KVCacheDType::auto_, seed), "cpu_blocksparse");
+    EXPECT_EQ(probe.impl->variant(), std::string(mla::variant_name(isa)) + " block-sparse");
+    for (DType io : desc->caps.dtypes)
+      for (KVCacheDType kv : desc->caps.kv_cache_dtypes) expect_matches(blocksparse_case(io, kv, seed));
+  });
 }
 
 TEST(CpuBlockSparse, PerHeadScalesOddBlocksAliasedTables) {
