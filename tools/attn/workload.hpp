@@ -106,7 +106,8 @@ struct Tolerance {
 };
 /// The test suite's tolerance table (tests/support/tolerance_table.hpp) for the layer's dtype and
 /// KV-cache storage, its absolute part scaled by max|ref|. Quantized caches add nothing: the
-/// backend and the reference dequantize the same stored values with the same scales.
+/// backend and the reference dequantize the same stored values with the same scales (fp8_ds_mla
+/// with a 16-bit layer dtype: the reordered rule, as the oracle's cache rounds those values).
 Tolerance tolerance_for(const attn::LayerConfig& cfg, const attn::Buffer& ref);
 /// The same table's rule for an oracle that rounds its inputs at different points (MLA's
 /// expanded form checked through the absorbed reference).
