@@ -1,6 +1,7 @@
 #pragma once
 /// The paged KV cache of one layer, its block allocator, and the plain view kernels read.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,27 @@ namespace attn {
 /// MLA: [blocks][block_size][width], K and V share the entry (V = first head_size_v values).
 enum class KVLayout : uint8_t { NHD, HND, MLA };
 std::string_view to_string(KVLayout l);
+
+/// kv_cache_dtype fp8_ds_mla (DeepSeek V3.2's MLA cache, vLLM's byte layout): one 656-byte
+/// entry per token = 512 fp8_e4m3 latent values quantized per tile of 128 values, the 4 tile
+/// scales (fp32, dequantized = stored * scale), then 64 bf16 rope values (not quantized).
+/// The cache's storage dtype is fp8_e4m3 with one element per byte: shape [blocks][block_size][656].
+namespace ds_mla {
+constexpr int kRank = 512, kRope = 64, kTile = 128, kTiles = kRank / kTile;
+constexpr int kScalesOffset = kRank;                          // bytes
+constexpr int kRopeOffset = kScalesOffset + kTiles * 4;       // bytes
+constexpr int kEntryBytes = kRopeOffset + kRope * 2;          // 656
+/// One entry from kRank + kRope floats: tile scale = amax / 448 (amax 0 → the smallest normal
+/// float, so an all-zero tile stays zero), latent / scale rounded to e4m3, rope rounded to bf16.
+void quantize_entry(const float* src, void* entry);
+/// The kRank + kRope values an entry holds (latent dequantized tile by tile, rope widened).
+void dequantize_entry(const void* entry, float* dst);
+inline float tile_scale(const void* entry, int tile) {
+  float s;
+  std::memcpy(&s, static_cast<const uint8_t*>(entry) + kScalesOffset + 4 * tile, 4);
+  return s;
+}
+}  // namespace ds_mla
 
 struct KVCacheSpec {
   int32_t num_blocks = 0;
@@ -49,6 +71,9 @@ struct PagedKV {
   int64_t block_stride = 0, token_stride = 0, head_stride = 0, v_offset = 0;
   const float* k_scales = nullptr;  // [num_kv_heads] (per-tensor scale replicated)
   const float* v_scales = nullptr;  // [num_kv_heads]
+  /// fp8_ds_mla entries (see ds_mla above): strides count bytes, the per-tensor scales are 1 and
+  /// unused, each entry carries its own tile scales.
+  bool ds_mla = false;
 };
 
 /// One layer's paged cache: allocated on a device (host memory unless an allocator says else),

@@ -3,6 +3,7 @@
 ///   mla_decode.*        cpu_mla decode (16 heads), latent cache bytes read ÷ time vs DRAM bandwidth
 ///                       and vs the roofline min(DRAM, product peak ÷ (1.89 · heads flop/byte))
 ///   mla_decode_h128.*   the same with 128 heads (compute-bound on CPUs without AMX)
+///   mla_decode_ds_mla.* 16-head decode on fp8_ds_mla entries vs the bf16 latent, interleaved
 ///   sparse_decode.*     cpu_sparse (top-k) decode vs cpu_mla dense decode at the same context
 ///   blocksparse_prefill.* cpu_blocksparse prefill vs the same kernel with every block kept
 #include <string>

@@ -88,11 +88,13 @@ DType kv_storage_dtype(KVCacheDType k, DType model) {
     case KVCacheDType::auto_: return model;
     case KVCacheDType::float16: return DType::float16;
     case KVCacheDType::bfloat16: return DType::bfloat16;
-    case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: return DType::fp8_e4m3;
+    // fp8_ds_mla: entries of e4m3 latent bytes with their tile scales and bf16 rope inline
+    // (KVCacheSpec); the cache is an array of bytes, stored as fp8_e4m3 elements.
+    case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: case KVCacheDType::fp8_ds_mla: return DType::fp8_e4m3;
     case KVCacheDType::fp8_e5m2: return DType::fp8_e5m2;
     default:
       throw Error("kv_cache_dtype=" + std::string(to_string(k)) +
-                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2");
+                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla (MLA)");
   }
 }
 

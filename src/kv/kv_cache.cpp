@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
@@ -11,7 +12,12 @@
 namespace attn {
 namespace {
 
-int32_t entry_width(const KVCacheSpec& s) { return std::max(s.head_size, s.v_width()); }
+bool is_ds_mla(const KVCacheSpec& s) { return s.kv_cache_dtype == KVCacheDType::fp8_ds_mla; }
+
+// Elements per entry (per head): fp8_ds_mla entries are bytes of a fixed layout.
+int32_t entry_width(const KVCacheSpec& s) {
+  return is_ds_mla(s) ? ds_mla::kEntryBytes : std::max(s.head_size, s.v_width());
+}
 
 bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
 
@@ -36,7 +42,48 @@ int64_t store_row(const void* src, DType sd, void* dst, DType dd, int32_t n, flo
   return saturated;
 }
 
+// One fp8_ds_mla entry from a [kRank + kRope] row of any float dtype.
+void store_ds_mla_row(const void* src, DType sd, void* entry) {
+  float row[ds_mla::kRank + ds_mla::kRope];
+  for (int i = 0; i < ds_mla::kRank + ds_mla::kRope; ++i) row[i] = load_as_float(src, sd, i);
+  ds_mla::quantize_entry(row, entry);
+}
+
 }  // namespace
+
+namespace ds_mla {
+
+void quantize_entry(const float* src, void* entry) {
+  auto* e = static_cast<uint8_t*>(entry);
+  for (int t = 0; t < kTiles; ++t) {
+    const float* tile = src + t * kTile;
+    float amax = 0.0f;
+    for (int i = 0; i < kTile; ++i) amax = std::max(amax, std::fabs(tile[i]));
+    // An all-zero tile gets the smallest normal scale (vLLM's guard): its values stay 0, never 0/0.
+    const float scale = std::max(amax / kFp8E4M3Max, std::numeric_limits<float>::min());
+    for (int i = 0; i < kTile; ++i) e[t * kTile + i] = f32_to_fp8_e4m3(tile[i] / scale);
+    std::memcpy(e + kScalesOffset + 4 * t, &scale, 4);
+  }
+  for (int i = 0; i < kRope; ++i) {
+    const uint16_t b = f32_to_bf16(src[kRank + i]);
+    std::memcpy(e + kRopeOffset + 2 * i, &b, 2);
+  }
+}
+
+void dequantize_entry(const void* entry, float* dst) {
+  const auto* e = static_cast<const uint8_t*>(entry);
+  for (int t = 0; t < kTiles; ++t) {
+    const float scale = tile_scale(entry, t);
+    for (int i = 0; i < kTile; ++i) dst[t * kTile + i] = fp8_e4m3_to_f32(e[t * kTile + i]) * scale;
+  }
+  for (int i = 0; i < kRope; ++i) {
+    uint16_t b;
+    std::memcpy(&b, e + kRopeOffset + 2 * i, 2);
+    dst[kRank + i] = bf16_to_f32(b);
+  }
+}
+
+}  // namespace ds_mla
 
 std::string_view to_string(KVLayout l) {
   switch (l) {
@@ -76,6 +123,13 @@ void KVCacheSpec::validate() const {
   if (layout == KVLayout::MLA) {
     require(num_kv_heads == 1, "num_kv_heads", num_kv_heads, "1 for the MLA latent cache");
     require(v_width() <= head_size, "head_size_v", head_size_v, "<= head_size for the MLA latent cache");
+  }
+  if (kv_cache_dtype == KVCacheDType::fp8_ds_mla) {
+    const std::string what = " for kv_cache_dtype fp8_ds_mla (its fixed entry: 512 fp8 latent + 64 bf16 rope values)";
+    require(layout == KVLayout::MLA, "layout", attn::to_string(layout), "MLA" + what);
+    require(head_size == ds_mla::kRank + ds_mla::kRope, "head_size", head_size, std::to_string(ds_mla::kRank + ds_mla::kRope) + what);
+    require(v_width() == ds_mla::kRank, "head_size_v", head_size_v, std::to_string(ds_mla::kRank) + what);
+    require(dtype == DType::fp8_e4m3, "cache dtype", attn::to_string(dtype), "fp8_e4m3 (one element per entry byte)" + what);
   }
 }
 
@@ -165,6 +219,7 @@ PagedKV KVCache::view() const {
   }
   v.k_scales = device_ ? static_cast<const float*>(device_scales_.data()) : k_scales_.data();
   v.v_scales = device_ ? static_cast<const float*>(device_scales_.data()) + spec_.num_kv_heads : v_scales_.data();
+  v.ds_mla = is_ds_mla(spec_);
   return v;
 }
 
@@ -226,6 +281,11 @@ void KVCache::store(const TensorView& k, const TensorView& v, const BatchMetadat
     const int64_t slot = md.slot_mapping[std::size_t(t)];
     if (slot < 0) continue;
     const int64_t blk = slot / spec_.block_size, off = slot % spec_.block_size;
+    if (pv.ds_mla) {  // one latent head; each entry carries its own tile scales, so nothing saturates
+      const char* ks = static_cast<const char*>(k.data) + t * k.strides[0] * int64_t(dtype_size(k.dtype));
+      store_ds_mla_row(ks, k.dtype, base + blk * pv.block_stride + off * pv.token_stride);
+      continue;
+    }
     for (int32_t h = 0; h < spec_.num_kv_heads; ++h) {
       const int64_t e = blk * pv.block_stride + off * pv.token_stride + h * pv.head_stride;
       const char* ks = static_cast<const char*>(k.data) + (t * k.strides[0] + h * k.strides[1]) * int64_t(dtype_size(k.dtype));
@@ -256,7 +316,18 @@ void KVCache::fill(float value) {
   Buffer host = device_ ? Buffer(spec_.dtype, spec_.shape()) : Buffer();
   void* dst = device_ ? host.data() : data();
   const int64_t n = int64_t(bytes() / dtype_size(spec_.dtype));
-  for (int64_t i = 0; i < n; ++i) store_from_float(dst, spec_.dtype, i, value);
+  if (is_ds_mla(spec_)) {
+    // Every entry holds `value` (latent with scale 1, rope in bf16), so a NaN poison stays NaN.
+    uint8_t entry[ds_mla::kEntryBytes];
+    const float one = 1.0f;
+    const uint16_t rope = f32_to_bf16(value);
+    std::memset(entry, f32_to_fp8_e4m3(value), ds_mla::kRank);
+    for (int t = 0; t < ds_mla::kTiles; ++t) std::memcpy(entry + ds_mla::kScalesOffset + 4 * t, &one, 4);
+    for (int i = 0; i < ds_mla::kRope; ++i) std::memcpy(entry + ds_mla::kRopeOffset + 2 * i, &rope, 2);
+    for (int64_t i = 0; i < n; i += ds_mla::kEntryBytes) std::memcpy(static_cast<uint8_t*>(dst) + i, entry, sizeof entry);
+  } else {
+    for (int64_t i = 0; i < n; ++i) store_from_float(dst, spec_.dtype, i, value);
+  }
   if (device_) device_.allocator()->copy(data(), host.data(), bytes(), CopyKind::host_to_device);
 }
 

@@ -124,8 +124,13 @@ MlaCase make_mla_case(const MlaCaseSpec& spec) {
     for (int p = 0; p < len[s]; ++p) {
       const int64_t slot = int64_t(c.md.blocks(s)[p / bs]) * bs + p % bs;
       const int64_t e = (slot / bs) * kv.block_stride + (slot % bs) * kv.token_stride;
-      for (int d = 0; d < W; ++d)
-        c.latent[s][size_t(p) * W + d] = double(load_as_float(kv.base, kv.dtype, e + d)) * kv.k_scales[0];
+      std::vector<float> entry(W);
+      if (kv.ds_mla) {
+        ds_mla::dequantize_entry(static_cast<const uint8_t*>(kv.base) + e, entry.data());
+      } else {
+        for (int d = 0; d < W; ++d) entry[size_t(d)] = load_as_float(kv.base, kv.dtype, e + d) * kv.k_scales[0];
+      }
+      std::copy(entry.begin(), entry.end(), c.latent[s].begin() + ptrdiff_t(p) * W);
     }
   }
 

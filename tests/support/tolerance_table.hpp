@@ -42,7 +42,8 @@ constexpr ToleranceRule tolerance_rule(DType io, DType kv_storage) {
 }
 
 /// Two computations whose inputs are rounded to the I/O dtype at different points (MLA's expanded
-/// form against its absorbed oracle: q·W_UK rounded to the layer dtype on one side only): two
+/// form against its absorbed oracle: q·W_UK rounded to the layer dtype on one side only; an
+/// fp8_ds_mla cache against the CLI's oracle, whose cache rounds the dequantized entries): two
 /// I/O ulps of the largest value, not one rounding (measured on `attn run --model
 /// deepseek-v2-lite --prompt-len 400`: 0.0056 against max|ref| ~1.8 in bf16, a fifth of this).
 constexpr ToleranceRule reordered_rounding_rule(DType io) {

@@ -76,12 +76,15 @@ TEST(Types, KvStorageDType) {
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8, DType::bfloat16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_e4m3, DType::float16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_e5m2, DType::float16), DType::fp8_e5m2);
+  // fp8_ds_mla is now implemented (cpu_mla / cpu_sparse): its entries are bytes (e4m3 latent,
+  // fp32 tile scales and bf16 rope inline), stored as fp8_e4m3 elements; it used to throw.
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_ds_mla, DType::bfloat16), DType::fp8_e4m3);
 }
 
 TEST(Types, KvStorageDTypeRejectsNamesWithoutDenseStorage) {
   EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::nvfp4, DType::bfloat16); },
                            {"kv_cache_dtype=nvfp4", "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"}));
-  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::fp8_ds_mla, DType::bfloat16); }, {"kv_cache_dtype=fp8_ds_mla"}));
+  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::fp8_inc, DType::bfloat16); }, {"kv_cache_dtype=fp8_inc"}));
 }
 
 TEST(Types, AttnTypesRoundTripAndErrorsListValues) {

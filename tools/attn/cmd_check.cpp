@@ -75,6 +75,11 @@ std::vector<Shape> shapes() {
   sparse.config.use_sparse = true;
   sparse.config.index_topk = 32;
   out.push_back(sparse);
+  for (Shape ds : {mla, sparse}) {
+    ds.name = ds.config.use_sparse ? "mla top-32 fp8_ds_mla" : "mla fp8_ds_mla";
+    ds.config.kv_cache_dtype = attn::KVCacheDType::fp8_ds_mla;
+    out.push_back(ds);
+  }
   return out;
 }
 

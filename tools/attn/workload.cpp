@@ -76,7 +76,9 @@ attn::LayerConfig oracle_config(const attn::LayerConfig& cfg) {
     o.sliding_window = o.index_topk;
     o.index_topk = 0;
   }
-  if (o.kv_cache_dtype == attn::KVCacheDType::fp8_ds_mla) o.kv_cache_dtype = attn::KVCacheDType::fp8_e4m3;
+  // The reference has no MLA entry formats: its cache holds the layer dtype, and LayerRunner
+  // writes it the values an fp8_ds_mla entry dequantizes to.
+  if (o.kv_cache_dtype == attn::KVCacheDType::fp8_ds_mla) o.kv_cache_dtype = attn::KVCacheDType::auto_;
   return o;
 }
 
@@ -105,6 +107,8 @@ LayerRunner::LayerRunner(const attn::BackendDescriptor& backend, const attn::Lay
   impl_ = attn::Registry::instance().create(backend.name, params);
   cache_ = std::make_unique<attn::KVCache>(backend.cache_spec(params.config, num_blocks, block_size));
   set_fp8_scales(*cache_, scales_of ? *scales_of : params.config);
+  round_as_ds_mla_ = scales_of && scales_of->kv_cache_dtype == attn::KVCacheDType::fp8_ds_mla &&
+                     params.config.kv_cache_dtype != attn::KVCacheDType::fp8_ds_mla;
 }
 
 bool LayerRunner::use_random_up_projections(Rng& rng) {
@@ -140,7 +144,26 @@ std::shared_ptr<const attn::StepPlan> LayerRunner::plan(const attn::BatchMetadat
 }
 
 void LayerRunner::write(const attn::BatchMetadata& md, const StepInputs& in) {
-  impl_->write_kv(in.k.view(), in.value(), *cache_, md);
+  if (!round_as_ds_mla_) {
+    impl_->write_kv(in.k.view(), in.value(), *cache_, md);
+    return;
+  }
+  // Each latent entry as an fp8_ds_mla cache returns it, in fp32 (the cache rounds it to its dtype).
+  const attn::TensorView k = in.k.view();
+  constexpr int kWidth = attn::ds_mla::kRank + attn::ds_mla::kRope;
+  attn::require(k.size(2) == kWidth, "k.shape[2]", k.size(2), std::to_string(kWidth) + " (an fp8_ds_mla latent entry)");
+  StepInputs rounded;
+  rounded.k = attn::Buffer(attn::DType::float32, in.k.shape());
+  rounded.v_width_in_k = in.v_width_in_k;
+  auto* dst = static_cast<float*>(rounded.k.data());
+  uint8_t entry[attn::ds_mla::kEntryBytes];
+  float row[kWidth];
+  for (int64_t t = 0; t < k.size(0); ++t) {
+    for (int d = 0; d < kWidth; ++d) row[d] = attn::load_as_float(k.data, k.dtype, t * k.strides[0] + d);
+    attn::ds_mla::quantize_entry(row, entry);
+    attn::ds_mla::dequantize_entry(entry, dst + t * kWidth);
+  }
+  impl_->write_kv(rounded.k.view(), rounded.value(), *cache_, md);
 }
 
 attn::RunResult LayerRunner::run(const attn::StepPlan& plan, const StepInputs& in, const attn::TensorView& out, Rng& rng,
@@ -173,6 +196,10 @@ Tolerance scaled(attn::test::ToleranceRule rule, const attn::Buffer& ref) {
 }  // namespace
 
 Tolerance tolerance_for(const attn::LayerConfig& cfg, const attn::Buffer& ref) {
+  // fp8_ds_mla: the oracle's cache holds the dequantized entries rounded to a 16-bit layer dtype
+  // (the reference has no entry format), a rounding the checked kernel never does.
+  if (cfg.kv_cache_dtype == attn::KVCacheDType::fp8_ds_mla && cfg.dtype != attn::DType::float32)
+    return reordered_tolerance_for(cfg, ref);
   return scaled(attn::test::tolerance_rule(cfg.dtype, attn::kv_storage_dtype(cfg.kv_cache_dtype, cfg.dtype)), ref);
 }
 

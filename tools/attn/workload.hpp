@@ -59,7 +59,9 @@ void set_fp8_scales(attn::KVCache& cache, const attn::LayerConfig& cfg);
 class LayerRunner {
  public:
   /// `scales_of`: the layer whose fp8 scales the cache takes (default: params.config); an oracle
-  /// runner passes the checked layer, so both dequantize with the same scales.
+  /// runner passes the checked layer, so both dequantize with the same scales. When that layer's
+  /// cache is fp8_ds_mla and this one's is not, write() stores each latent entry as fp8_ds_mla
+  /// holds it (quantized and dequantized), so both read the same values.
   LayerRunner(const attn::BackendDescriptor& backend, const attn::LayerParams& params, int32_t num_blocks,
               int32_t block_size, const attn::LayerConfig* scales_of = nullptr);
   /// write_kv of this step's new tokens (k, v of `in`).
@@ -95,6 +97,7 @@ class LayerRunner {
   std::unique_ptr<attn::AttentionImpl> impl_;
   std::unique_ptr<attn::KVCache> cache_;
   attn::Buffer w_uk_, w_uv_;
+  bool round_as_ds_mla_ = false;  // an oracle of an fp8_ds_mla layer (see the constructor)
 };
 
 /// |out - ref| <= atol + rtol·|ref| per element (absolute numbers for one comparison).
@@ -103,7 +106,8 @@ struct Tolerance {
 };
 /// The test suite's tolerance table (tests/support/tolerance_table.hpp) for the layer's dtype and
 /// KV-cache storage, its absolute part scaled by max|ref|. Quantized caches add nothing: the
-/// backend and the reference dequantize the same stored values with the same scales.
+/// backend and the reference dequantize the same stored values with the same scales (fp8_ds_mla
+/// with a 16-bit layer dtype: the reordered rule, as the oracle's cache rounds those values).
 Tolerance tolerance_for(const attn::LayerConfig& cfg, const attn::Buffer& ref);
 /// The same table's rule for an oracle that rounds its inputs at different points (MLA's
 /// expanded form checked through the absorbed reference).

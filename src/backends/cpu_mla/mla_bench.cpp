@@ -55,14 +55,24 @@ class Bench {
     const int len = st.context + st.query_len;
     const int blocks_per_seq = (len + st.block_size - 1) / st.block_size;
     const KVCacheSpec probe = desc->cache_spec(st.cfg, 1, st.block_size);
-    const size_t block_bytes = size_t(st.block_size) * probe.num_kv_heads * (probe.head_size + (probe.layout == KVLayout::MLA ? 0 : probe.v_width())) * dtype_size(probe.dtype);
+    const size_t block_bytes = size_t(probe.bytes());  // one block
     const size_t instance_bytes = block_bytes * blocks_per_seq * st.batch;
     instances_ = int(std::clamp<size_t>((st.pool_bytes + instance_bytes - 1) / instance_bytes, 2, 64));
     cache_ = std::make_unique<KVCache>(desc->cache_spec(st.cfg, blocks_per_seq * st.batch * instances_, st.block_size));
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    uint16_t* data = static_cast<uint16_t*>(cache_->data());
-    for (size_t i = 0; i < cache_->bytes() / 2; ++i) data[i] = f32_to_bf16(uni(rng));
+    if (cache_->view().ds_mla) {
+      // Real entries (finite tile scales), quantized from random latent rows.
+      float row[ds_mla::kRank + ds_mla::kRope];
+      auto* e = static_cast<uint8_t*>(cache_->data());
+      for (size_t off = 0; off < cache_->bytes(); off += ds_mla::kEntryBytes) {
+        for (float& x : row) x = uni(rng);
+        ds_mla::quantize_entry(row, e + off);
+      }
+    } else {
+      uint16_t* data = static_cast<uint16_t*>(cache_->data());
+      for (size_t i = 0; i < cache_->bytes() / 2; ++i) data[i] = f32_to_bf16(uni(rng));
+    }
     std::vector<int32_t> ids(size_t(blocks_per_seq) * st.batch * instances_);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);  // paged: blocks scattered over the pool
@@ -137,7 +147,7 @@ LayerConfig deepseek(int heads) {
 std::string shape_note(const Step& s) {
   return "H=" + std::to_string(s.cfg.num_heads) + " B=" + std::to_string(s.batch) + " ctx=" + std::to_string(s.context) +
          (s.query_len > 1 ? " q=" + std::to_string(s.query_len) : "") + (s.topk ? " topk=" + std::to_string(s.topk) : "") +
-         " bf16 block=" + std::to_string(s.block_size);
+         " bf16 block=" + std::to_string(s.block_size);  // q / out dtype
 }
 
 }  // namespace
@@ -179,6 +189,31 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
                    "roofline " + std::to_string(roof).substr(0, 5) + " GB/s = min(DRAM, peak / " +
                        std::to_string(intensity).substr(0, 5) + " flop/byte)"});
     }
+  }
+
+  // fp8_ds_mla entries (656 bytes per token) vs the bf16 latent (1152) in 16-head decode, calls
+  // interleaved so both see the same machine load; bytes read = the cache's entries.
+  {
+    Step bf;
+    bf.cfg = deepseek(16);
+    bf.backend = "cpu_mla";
+    bf.batch = quick ? 4 : 8;
+    bf.context = quick ? 4096 : 8192;
+    bf.threads = threads;
+    Step ds = bf;
+    ds.cfg.kv_cache_dtype = KVCacheDType::fp8_ds_mla;
+    Bench bf_bench(bf), ds_bench(ds);
+    std::vector<double> bf_ms, ds_ms;
+    for (int r = 0; r < reps; ++r) bf_ms.push_back(bf_bench.median_ms(1)), ds_ms.push_back(ds_bench.median_ms(1));
+    auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+    const double bf_t = median(bf_ms), ds_t = median(ds_ms);
+    const double tokens = double(ds.batch) * ds.context;
+    f.push_back({"mla_decode_ds_mla.ms", ds_t, "ms", shape_note(ds) + " fp8_ds_mla kernel " + ds_bench.variant()});
+    f.push_back({"mla_decode_ds_mla.bf16_ms", bf_t, "ms", "bf16 latent, same shape, interleaved, kernel " + bf_bench.variant()});
+    f.push_back({"mla_decode_ds_mla.gbs", tokens * ds_mla::kEntryBytes / (ds_t * 1e-3) / 1e9, "GB/s",
+                 "656-byte entries read / time"});
+    f.push_back({"mla_decode_ds_mla.bytes_ratio", double(ds_mla::kEntryBytes) / (576 * 2), "fraction", "entry bytes vs bf16"});
+    f.push_back({"mla_decode_ds_mla.speedup_vs_bf16", bf_t / ds_t, "x", "bf16 time / fp8_ds_mla time"});
   }
 
   // Sparse decode (DeepSeek-V3.2: 128 heads, top-2048) vs dense decode at the same context.

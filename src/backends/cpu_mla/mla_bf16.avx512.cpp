@@ -123,7 +123,7 @@ inline __m512i pair_up(__m512 x0, __m512 x1) {
 
 bool handles(const AttendArgs& a) {
   const DType d = a.kv->dtype;
-  const bool storage = d == DType::bfloat16 || d == DType::fp8_e4m3 || d == DType::fp8_e5m2;
+  const bool storage = (d == DType::bfloat16 || d == DType::fp8_e4m3 || d == DType::fp8_e5m2) && !a.kv->ds_mla;
   const float vs = a.v_offset >= 0 ? a.v_scale : a.kv_scale;
   return storage && a.width % 2 == 0 && a.rank % kLanes == 0 && a.rank > 0 && (a.v_offset >= 0 || a.rank <= a.width) &&
          std::isfinite(a.kv_scale) && a.kv_scale > 0.0f && std::isfinite(vs) && vs > 0.0f;

@@ -42,7 +42,7 @@ void expanded_forward(const MlaShape& shape, const UpProjections& w, const Tenso
   check_mla_cache(shape, cache, md);
   const int threads = shape.num_threads > 0 ? shape.num_threads : omp_get_max_threads();
   const PagedKV kv = cache.view();
-  const float kv_scale = kv.k_scales ? kv.k_scales[0] : 1.0f;
+  const float kv_scale = kv.k_scales && !kv.ds_mla ? kv.k_scales[0] : 1.0f;
   const size_t kv_esz = dtype_size(kv.dtype), q_esz = dtype_size(q.dtype), o_esz = dtype_size(out.dtype);
 
   std::vector<float> lat, kexp, vexp;
@@ -59,7 +59,11 @@ void expanded_forward(const MlaShape& shape, const UpProjections& w, const Tenso
       const auto* e = static_cast<const uint8_t*>(kv.base) +
                       ((slot / kv.block_size) * kv.block_stride + (slot % kv.block_size) * kv.token_stride) * kv_esz;
       float* c = lat.data() + size_t(t) * (R + P);
-      for (int d = 0; d < R + P; ++d) c[d] = load_as_float(e, kv.dtype, d) * kv_scale;
+      if (kv.ds_mla) {
+        ds_mla::dequantize_entry(e, c);  // R + P = 576, checked with the cache
+      } else {
+        for (int d = 0; d < R + P; ++d) c[d] = load_as_float(e, kv.dtype, d) * kv_scale;
+      }
       // Per-head up-projection of this entry: K_nope = c·W_UK[h], V = c·W_UV[h]; rope is shared.
       for (int h = 0; h < H; ++h) {
         float* k = kexp.data() + (size_t(h) * L + t) * D;

@@ -141,7 +141,8 @@ void absorbed_forward(const MlaShape& shape, const TensorView& q, const KVCache&
   run.kv = &kv;
   run.width = W;
   run.rank = R;
-  run.k_scale = run.v_scale = kv.k_scales ? kv.k_scales[0] : 1.0f;  // one scale: K and V share the entry
+  // One scale: K and V share the entry (fp8_ds_mla entries carry their own tile scales).
+  run.k_scale = run.v_scale = kv.k_scales && !kv.ds_mla ? kv.k_scales[0] : 1.0f;
   run.q_mul = shape.scale * float(M_LOG2E);  // as scaled_q applied it
   run.num_threads = threads;
   run.out_dtype = out.dtype;

@@ -15,11 +15,13 @@ float mla_scale(const LayerParams& p) {
 std::string mla_variant_name(const LayerConfig& c) {
   std::string name;
   best_attend(&name);
-  // The AMX and bf16-dot kernels serve bf16 / fp8 latent caches; they hand others to the avx512 one.
+  // The AMX and bf16-dot kernels serve bf16 / fp8 latent caches; they hand others (fp8_ds_mla
+  // included: per-tile scales) to the avx512 one.
   const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
-  if (name == "amx" && !(amx_handles_storage(storage) && c.kv_lora_rank % 32 == 0))
+  const bool ds_mla = c.kv_cache_dtype == KVCacheDType::fp8_ds_mla;
+  if (name == "amx" && (ds_mla || !(amx_handles_storage(storage) && c.kv_lora_rank % 32 == 0)))
     name = "avx512";
-  if (name == "avx512bf16" && !bf16_handles_storage(storage, c.kv_lora_rank)) name = "avx512";
+  if (name == "avx512bf16" && (ds_mla || !bf16_handles_storage(storage, c.kv_lora_rank))) name = "avx512";
   return name;
 }
 
@@ -112,7 +114,8 @@ BackendDescriptor mla_descriptor_base() {
   Capabilities& caps = d.caps;
   caps.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   caps.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16,
-                          KVCacheDType::fp8, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2};
+                          KVCacheDType::fp8, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2,
+                          KVCacheDType::fp8_ds_mla};
   caps.head_sizes = SizeRule::any();
   caps.block_sizes = SizeRule::any();
   caps.distinct_head_size_v = true;
@@ -133,6 +136,11 @@ std::vector<Reason> mla_extra_checks(const LayerConfig& c) {
   } else if (c.qk_rope_head_dim && c.kv_lora_rank + c.qk_rope_head_dim != c.head_size) {
     r.push_back({"qk_rope_head_dim", std::to_string(c.qk_rope_head_dim),
                  std::to_string(c.head_size - c.kv_lora_rank) + " (head_size - kv_lora_rank)"});
+  }
+  if (c.kv_cache_dtype == KVCacheDType::fp8_ds_mla && (c.kv_lora_rank != ds_mla::kRank || c.head_size != ds_mla::kRank + ds_mla::kRope)) {
+    r.push_back({"kv_cache_dtype", "fp8_ds_mla",
+                 "kv_lora_rank 512 and head_size 576 for its fixed entry (this layer: kv_lora_rank " +
+                     std::to_string(c.kv_lora_rank) + ", head_size " + std::to_string(c.head_size) + ")"});
   }
   if (c.head_size_v && c.head_size_v != c.kv_lora_rank) {
     r.push_back({"head_size_v", std::to_string(c.head_size_v),

@@ -1,5 +1,6 @@
 // AVX-512 build of the MLA attend kernel: 16-wide fp32 FMAs, 16-bit cache entries widened in
-// registers (bf16 by a shift, f16 by vcvtph2ps), fp8 through the scalar table.
+// registers (bf16 by a shift, f16 by vcvtph2ps, e4m3 by cpu_flash's fp16 bit placement), e5m2
+// through the scalar table.
 #if defined(__x86_64__)
 #include "cpu/x86_intrinsics.hpp"
 
@@ -9,6 +10,8 @@
 
 #include "attn/numeric.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
+#define ATTN_CF_NS mla_avx512
+#include "backends/cpu_flash/simd_avx512.hpp"
 
 namespace attn::mla {
 namespace avx512 {
@@ -27,6 +30,12 @@ void convert_row(DType dtype, const uint8_t* src, float* dst, int n, float scale
     for (; i + 16 <= n; i += 16) {
       _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i))), vs));
     }
+  } else if (dtype == DType::fp8_e4m3) {
+    // The widening gives value × 2^-8 (exact): 256 folds back into the scale.
+    using Simd = cpu_flash::ATTN_CF_NS::Simd;
+    const __m512 vs8 = _mm512_mul_ps(vs, _mm512_set1_ps(256.0f));
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(dst + i, _mm512_mul_ps(Simd::load_kv<cpu_flash::KvType::e4m3>(src + i), vs8));
   } else if (dtype == DType::float32) {
     const auto* p = reinterpret_cast<const float*>(src);
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_loadu_ps(p + i), vs));

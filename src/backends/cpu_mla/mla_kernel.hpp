@@ -17,8 +17,8 @@ namespace attn::mla {
 constexpr int kChunk = 32;
 
 struct AttendArgs {
-  const PagedKV* kv = nullptr;     // MLA layout: entry = [latent (rank) | rope]
-  float kv_scale = 1.0f;           // dequantized = stored * kv_scale
+  const PagedKV* kv = nullptr;     // MLA layout: entry = [latent (rank) | rope] (or an fp8_ds_mla entry)
+  float kv_scale = 1.0f;           // dequantized = stored * kv_scale (fp8_ds_mla: unused, per-tile scales)
   int width = 0;                   // kv_lora_rank + rope (entry width, q width)
   int rank = 0;                    // kv_lora_rank (output width, the V part of the entry)
   // Separate-V caches (block-sparse over NHD/HND): K at entry + k_offset, V at entry + v_offset
@@ -46,14 +46,16 @@ AttendFn attend_avx512();  // requires avx512f/bw/vl + f16c (checked by the call
 /// Requires avx512_bf16 as well. Runs the vdpbf16ps kernel (mla_bf16.hpp) for the calls
 /// bf16_handles() accepts and the avx512 one for the others.
 AttendFn attend_avx512_bf16();
-/// Caches stored as bf16 or fp8 (exact in bf16), even entry width, rank % 16 == 0.
+/// Caches stored as bf16 or fp8 (exact in bf16), even entry width, rank % 16 == 0; not fp8_ds_mla
+/// (its per-tile scales are applied by the avx512 kernel's widening).
 bool bf16_handles(const AttendArgs& args);
 /// The same test from a layer's cache storage dtype and rank (for variant names).
 bool bf16_handles_storage(DType cache_dtype, int rank);
 /// Requires amx_tile/amx_bf16 + avx512_bf16 and the OS permission (cpu::amx_permitted). Runs the
 /// AMX kernel for the calls amx_handles() accepts and the avx512 one for the others.
 AttendFn attend_amx();
-/// MLA latent entries (V inside K) stored as bf16 or fp8 (exact in bf16), rank % 32 == 0.
+/// MLA latent entries (V inside K) stored as bf16 or fp8 (exact in bf16), rank % 32 == 0; not
+/// fp8_ds_mla (served by the avx512 kernel: this machine has no AMX to test a tile-scaled pack on).
 bool amx_handles(const AttendArgs& args);
 /// The same test from a layer's cache storage dtype (for variant names).
 bool amx_handles_storage(DType cache_dtype);

@@ -1,6 +1,6 @@
 // Attend kernel body (MLA latent entries, or separate K/V rows for block-sparse), included by one translation unit per ISA. The including file defines,
 // inside the namespace it opens, the three primitives the body needs:
-//   void convert_row(DType dtype, const uint8_t* src, float* dst, int n, float scale);
+//   void convert_row(DType dtype, const uint8_t* src, float* dst, int n, float scale);  // dst = src × scale
 //   void dot4(const float* q, const float* k0, const float* k1, const float* k2, const float* k3,
 //             int n, float* out4);             // out4[j] = q · kj
 //   void axpy4(float* acc, const float* p4, const float* k0, const float* k1, const float* k2,
@@ -11,6 +11,18 @@ inline const uint8_t* entry_ptr(const PagedKV& kv, int64_t slot, int64_t offset)
   const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
   return static_cast<const uint8_t*>(kv.base) +
          (block * kv.block_stride + off * kv.token_stride + offset) * int64_t(dtype_size(kv.dtype));
+}
+
+// One cache entry as a.width floats: a plain row × kv_scale, or an fp8_ds_mla entry dequantized
+// tile by tile with its own scales (the rope part is bf16).
+inline void convert_entry(const AttendArgs& a, const uint8_t* e, float* dst) {
+  if (!a.kv->ds_mla) {
+    convert_row(a.kv->dtype, e, dst, a.width, a.kv_scale);
+    return;
+  }
+  for (int t = 0; t < ds_mla::kTiles; ++t)
+    convert_row(DType::fp8_e4m3, e + t * ds_mla::kTile, dst + t * ds_mla::kTile, ds_mla::kTile, ds_mla::tile_scale(e, t));
+  convert_row(DType::bfloat16, e + ds_mla::kRopeOffset, dst + ds_mla::kRank, ds_mla::kRope, 1.0f);
 }
 
 inline void attend_impl(const AttendArgs& a) {
@@ -32,8 +44,7 @@ inline void attend_impl(const AttendArgs& a) {
     const int n = std::min(kChunk, max_limit - c0);
     // One cache read per entry for the whole row group (all heads of the token(s)).
     for (int j = 0; j < n; ++j) {
-      convert_row(a.kv->dtype, entry_ptr(*a.kv, a.slots[c0 + j], a.k_offset), kbuf + size_t(j) * a.width, a.width,
-                  a.kv_scale);
+      convert_entry(a, entry_ptr(*a.kv, a.slots[c0 + j], a.k_offset), kbuf + size_t(j) * a.width);
       if (separate_v)
         convert_row(a.kv->dtype, entry_ptr(*a.kv, a.slots[c0 + j], a.v_offset), vbase + size_t(j) * vstride, a.rank,
                     a.v_scale);

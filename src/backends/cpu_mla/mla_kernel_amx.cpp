@@ -338,7 +338,7 @@ void attend_amx_entry(const AttendArgs& a) {
 }  // namespace
 
 bool amx_handles(const AttendArgs& a) {
-  return amx_handles_storage(a.kv->dtype) && a.v_offset < 0 && a.k_offset == 0 && a.rank % 32 == 0 && a.rank <= a.width &&
+  return amx_handles_storage(a.kv->dtype) && !a.kv->ds_mla && a.v_offset < 0 && a.k_offset == 0 && a.rank % 32 == 0 && a.rank <= a.width &&
          std::isfinite(a.kv_scale) && a.kv_scale > 0.0f;
 }
 

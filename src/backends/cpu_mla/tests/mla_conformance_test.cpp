@@ -92,10 +92,10 @@ std::unique_ptr<AttentionImpl> with_up_projections(const MlaCase& c, std::vector
   p.mla_w_uk = std::move(w_uk), p.mla_w_uv = std::move(w_uv);
   return Registry::instance().create(c.spec.backend, p);
 }
-}  // namespace
 
-TEST(CpuMla, ExpandedFormEqualsExplicitOracle) {
-  MlaCaseSpec spec = ragged("cpu_mla", DType::float32, KVCacheDType::auto_, fresh_seed());
+// The expanded form on a cache of `kv` against the explicit oracle over the same (dequantized) latent.
+void expect_expanded_matches(KVCacheDType kv) {
+  MlaCaseSpec spec = ragged("cpu_mla", DType::float32, kv, fresh_seed());
   MlaCase c = make_mla_case(spec);
   const int T = c.md.num_tokens, H = spec.num_heads, N = spec.nope, P = spec.rope, V = spec.v_dim;
   Buffer q(DType::float32, {T, H, N + P}), out(DType::float32, {T, H, V});
@@ -114,6 +114,12 @@ TEST(CpuMla, ExpandedFormEqualsExplicitOracle) {
   ForwardArgs absorbed;
   absorbed.q = c.q.view(), absorbed.out = c.out.view(), absorbed.cache = c.cache.get();
   EXPECT_EQ(impl->forward(c.md, absorbed).form, "absorbed");
+}
+
+}  // namespace
+
+TEST(CpuMla, ExpandedFormEqualsExplicitOracle) {
+  for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_ds_mla}) expect_expanded_matches(kv);
 }
 
 TEST(CpuMla, ExpandedPaysOffOnlyForLongPrefill) {

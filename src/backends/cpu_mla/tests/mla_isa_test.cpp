@@ -45,12 +45,15 @@ TEST(CpuMlaIsa, EveryKernelMatchesTheOracle) {
   for_each_cpu_isa(isas_here(), [&](mla::Isa isa) {
     for (const char* backend : {"cpu_mla", "cpu_sparse"}) {
       for (DType io : {DType::bfloat16, DType::float32, DType::float16}) {
-        for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
+        for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2,
+                                KVCacheDType::fp8_ds_mla}) {
           const MlaCaseSpec spec = base(backend, io, kv, seed);
           const DType storage = kv_storage_dtype(kv, io);
-          // AMX and bf16-dot serve bf16 / fp8 caches; a float32 or float16 cache runs the avx512 kernel.
+          // AMX and bf16-dot serve bf16 / fp8 caches; a float32 or float16 cache, and fp8_ds_mla
+          // entries (per-tile scales), run the avx512 kernel.
           const bool dot_kernel = isa == mla::Isa::amx || isa == mla::Isa::avx512_bf16;
-          const mla::Isa ran = dot_kernel && !mla::amx_handles_storage(storage) ? mla::Isa::avx512 : isa;
+          const bool avx512_only = !mla::amx_handles_storage(storage) || kv == KVCacheDType::fp8_ds_mla;
+          const mla::Isa ran = dot_kernel && avx512_only ? mla::Isa::avx512 : isa;
           expect_matches(spec, std::string(mla::variant_name(ran)));
         }
       }

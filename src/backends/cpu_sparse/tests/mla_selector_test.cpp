@@ -138,9 +138,27 @@ TEST(MlaSelector, IrregularMlaShapesGiveTheirOwnReasons) {
   LayerConfig window = deepseek_v2_lite();
   window.sliding_window = 128;
   EXPECT_TRUE(has(reason_fields("cpu_mla", window), "sliding_window"));
-  LayerConfig ds_mla = deepseek_v32();
-  ds_mla.kv_cache_dtype = KVCacheDType::fp8_ds_mla;  // not implemented, so not declared
-  EXPECT_TRUE(has(reason_fields("cpu_sparse", ds_mla), "kv_cache_dtype"));
+  LayerConfig ds_mla_v2 = deepseek_v2_lite();  // fp8_ds_mla's entry is 512 + 64 wide
+  ds_mla_v2.kv_cache_dtype = KVCacheDType::fp8_ds_mla;
+  ds_mla_v2.kv_lora_rank = 256;
+  ds_mla_v2.head_size = 320;
+  EXPECT_TRUE(has(reason_fields("cpu_mla", ds_mla_v2), "kv_cache_dtype"));
+}
+
+TEST(MlaSelector, Fp8DsMlaCacheGoesToTheMlaBackendsOnly) {
+  LayerConfig v32 = deepseek_v32();
+  v32.kv_cache_dtype = KVCacheDType::fp8_ds_mla;
+  EXPECT_TRUE(reason_fields("cpu_sparse", v32).empty());
+  LayerConfig dense = deepseek_v32();
+  dense.use_sparse = false;
+  dense.index_topk = 0;
+  dense.kv_cache_dtype = KVCacheDType::fp8_ds_mla;
+  EXPECT_TRUE(reason_fields("cpu_mla", dense).empty());
+  // A dense-attention backend rejects it on kv_cache_dtype, as for any cache dtype it lacks.
+  LayerConfig plain = deepseek_v32();
+  plain.use_mla = plain.use_sparse = false;
+  plain.kv_cache_dtype = KVCacheDType::fp8_ds_mla;
+  EXPECT_TRUE(has(reason_fields("cpu_flash", plain), "kv_cache_dtype"));
 }
 
 }  // namespace
