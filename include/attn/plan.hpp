@@ -43,7 +43,7 @@ struct ModelPlan {
 
 /// Groups equal layers, shards them for `options.tensor_parallel` ranks and decides each group
 /// on `platform`. A forced backend that cannot serve a group throws attn::Error (the selector's
-/// message, prefixed "<model> layer <first> (layers <ranges>)"); a group nothing serves is kept
+/// message, prefixed "layers <ranges> of <model>: "); a group nothing serves is kept
 /// with `error` set. Bad tensor / pipeline counts throw naming the value.
 ModelPlan plan_model(const ModelSpec& model, const Platform& platform, const PlanOptions& options = {});
 

@@ -150,7 +150,7 @@ def test_plan_groups_and_ranges_come_from_the_library():
 
 
 def test_plan_errors_name_model_and_layer():
-    with pytest.raises(ValueError, match="llama-3.1-8b layer 0"):
+    with pytest.raises(ValueError, match="layers 0-31 of llama-3.1-8b"):
         attn.plan("llama-3.1-8b", backend="no_attention")
     with pytest.raises(ValueError, match="built-in model"):
         attn.plan("no-such-model")

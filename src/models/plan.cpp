@@ -26,7 +26,7 @@ void decide(PlanGroup& g, const ModelSpec& model, const Platform& platform, cons
   try {
     g.decision = explain(g.sample.attention, select);
   } catch (const Error& e) {
-    throw Error(model.name + " layer " + std::to_string(g.layers.front()) + " (layers " + g.layer_ranges + "): " + e.what());
+    throw Error("layers " + g.layer_ranges + " of " + model.name + ": " + e.what());
   }
   if (g.decision.backend.empty()) g.error = "no backend can serve layers " + g.layer_ranges;
 }

@@ -67,8 +67,12 @@ TEST(JsonRender, CapabilitiesOfEveryBackendRoundTrip) {
       if (set) on.emplace_back(name);
     EXPECT_EQ(cj.at("features").get<std::vector<std::string>>(), on) << d->name;
     EXPECT_EQ(cj.contains("min_compute_capability"), c.min_cc.has_value());
-    if (c.min_cc) EXPECT_EQ(cj.at("min_compute_capability"), c.min_cc->to_string());
-    if (c.max_cc) EXPECT_EQ(cj.at("max_compute_capability"), c.max_cc->to_string());
+    if (c.min_cc) {
+      EXPECT_EQ(cj.at("min_compute_capability"), c.min_cc->to_string());
+    }
+    if (c.max_cc) {
+      EXPECT_EQ(cj.at("max_compute_capability"), c.max_cc->to_string());
+    }
   }
 }
 
