@@ -123,4 +123,8 @@ struct BackendDescriptor {
   KVCacheSpec cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const;
 };
 
+/// {"name":..,"summary":..,"priority":..,"preferred_block_size":..,"kv_layout":..,"module":..,
+///  "variant": its variant on `platform`, "capabilities": to_json(caps)} as JSON text.
+std::string to_json(const BackendDescriptor& backend, const Platform& platform);
+
 }  // namespace attn

@@ -3,11 +3,13 @@
 /// "cuda:9.0") so users can plan for machines they are not on.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace attn {
 
 enum class PlatformKind : uint8_t { cpu, cuda };
+std::string_view to_string(PlatformKind k);  // "cpu" / "cuda"
 
 /// CPU ISA features attn cares about.
 enum class CpuFeature : uint8_t { avx2, fma, avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16, avx512_vnni, amx_bf16, amx_tile, neon, avx512_vbmi };

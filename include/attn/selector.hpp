@@ -12,6 +12,9 @@
 
 namespace attn {
 
+struct BackendDescriptor;
+class Registry;
+
 struct SelectOptions {
   std::string backend;           // explicit argument ("" or "auto" = none): highest precedence
   std::string config_backend;    // from the engine / model config: next
@@ -26,7 +29,20 @@ struct Candidate {
   bool valid = false;
   int priority = 0;
   std::vector<Reason> reasons;
+  /// False when the platform alone rules the backend out (its first reason is `platform`).
+  bool on_platform() const { return reasons.empty() || reasons.front().field != ReasonField::platform; }
 };
+
+/// The one checker: every reason `backend` cannot serve `config` on `platform`, in a fixed order:
+/// the generic capability checks (check_capabilities), then the backend's extra checks (not run
+/// when the platform alone rules it out). Given `modules` and the detected machine, a backend on
+/// this platform whose module cannot be loaded (loading it if needed) gets a leading `module`
+/// reason. The selector, `attn check` and the conformance generator all ask this.
+Candidate evaluate(const BackendDescriptor& backend, const LayerConfig& config, const Platform& platform,
+                   Registry* modules = nullptr);
+
+/// {"backend":..,"valid":..,"priority":..,"reasons":[{"field":..,"value":..,"expected":..}]} (JSON text).
+std::string to_json(const Candidate& candidate);
 
 struct Decision {
   std::string backend;           // the chosen backend
@@ -45,8 +61,12 @@ struct Decision {
   std::string slow_path;
 
   std::string to_text() const;
-  std::string to_json() const;        // {"backend":..,"config":{..},"candidates":[..],...}
+  std::string to_json() const;        // attn::to_json(*this)
 };
+
+/// {"backend":..,"variant":..,"platform":..,"config":{..},"candidates":[..],"notes":[..],...} (JSON
+/// text: libattn keeps its JSON library private, so every to_json here returns text).
+std::string to_json(const Decision& decision);
 
 /// Picks the backend for one layer, or throws attn::Error explaining why none can serve it.
 Decision select(const LayerConfig& config, const SelectOptions& options = {});

@@ -36,7 +36,9 @@ from ._core import (  # noqa: E402
     KVCache,
     LayerConfig,
     ModelLayer,
+    ModelPlan,
     ModelSpec,
+    PlanGroup,
     Platform,
     Reason,
     StepPlan,
@@ -49,6 +51,7 @@ from ._core import (  # noqa: E402
     load_plugin,
     mixer_backends,
     pipeline_stages,
+    plan_model,
     platform,
     select,
     select_mamba,
@@ -66,8 +69,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "HeadSharding", "KVCache",
-    "LayerConfig", "ModelLayer", "ModelSpec", "Plan", "PlannedLayer", "Platform", "Reason", "StepPlan", "Workspace",
+    "LayerConfig", "ModelLayer", "ModelPlan", "ModelSpec", "Plan", "PlanGroup", "PlannedLayer", "Platform", "Reason", "StepPlan", "Workspace",
     "backends", "builtin_models", "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends",
-    "pipeline_stages", "plan", "platform", "reload_tuning", "select", "select_mamba", "shard_heads", "shard_layer_config",
+    "pipeline_stages", "plan", "plan_model", "platform", "reload_tuning", "select", "select_mamba", "shard_heads", "shard_layer_config",
     "shard_model", "tune", "tuning_file_path",
 ]

@@ -152,6 +152,7 @@ class Candidate:
     valid: bool
     priority: int
     reasons: list[Reason]
+    def to_dict(self) -> dict[str, Any]: ...
 
 class Decision:
     backend: str
@@ -197,6 +198,31 @@ class ModelSpec:
 def load_model(model: str, *, dtype: Optional[DTypeLike] = None, kv_cache_dtype: Optional[DTypeLike] = None,
                block_size: int = 0) -> ModelSpec: ...
 def builtin_models() -> list[str]: ...
+
+class PlanGroup:
+    layers: list[int]
+    layer_ranges: str
+    whole: ModelLayer
+    sample: ModelLayer
+    sharding: HeadSharding
+    decision: Decision
+    error: str
+    @property
+    def kind(self) -> str: ...
+
+class ModelPlan:
+    model: ModelSpec
+    rank_model: ModelSpec
+    platform: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    groups: list[PlanGroup]
+    def all_served(self) -> bool: ...
+    def to_json(self) -> str: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+def plan_model(model: ModelSpec, platform: PlatformLike = None, *, backend: Optional[str] = None,
+               tensor_parallel: int = 1, pipeline_parallel: int = 1) -> ModelPlan: ...
 def tune(model: Optional[str] = None, *, configs: Optional[list[LayerConfig]] = None, budget: float = 20.0,
          threads: int = 0, decode_batch: int = 4, decode_context: int = 1024, prefill_len: int = 256,
          backend: Optional[str] = None, output: Optional[str] = None, progress: bool = True) -> dict[str, Any]: ...

@@ -27,11 +27,13 @@ class PlannedLayer:
 
 @dataclass
 class Plan:
-    """Per-layer decisions for a model. ``repr`` groups consecutive layers that decided alike."""
+    """Per-layer decisions for a model, from the library's plan (equal layers grouped, one decision
+    per group). ``repr`` lists the groups with their layer ranges ("0-31", "0,2,4,...,40")."""
 
     model: _core.ModelSpec
     layers: list = field(default_factory=list)
     tensor_parallel: int = 1  # layers hold one rank's share when > 1
+    core: Optional[_core.ModelPlan] = None  # the library's plan the layers come from
 
     def backends(self) -> dict:
         """Backend name → number of layers it serves."""
@@ -46,13 +48,9 @@ class Plan:
         return all(layer.backend for layer in self.layers)
 
     def groups(self) -> list:
-        """[(indices, PlannedLayer)]: layers with the same kind, config and decision, in first-seen order
+        """[(indices, PlannedLayer)]: the library's groups of equal layers, in first-seen order
         (Gemma's alternating sliding / full layers make two groups, not 42)."""
-        out: dict = {}
-        for layer in self.layers:
-            key = (layer.kind, layer.backend, layer.decision.variant, layer.config, layer.mixer)
-            out.setdefault(key, ([], layer))[0].append(layer.index)
-        return list(out.values())
+        return [(list(g.layers), self.layers[g.layers[0]]) for g in self.core.groups]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +63,7 @@ class Plan:
                  "decision": l.decision.to_dict()}
                 for l in self.layers
             ],
+            "groups": self.core.to_dict()["groups"],
         }
 
     def to_json(self) -> str:
@@ -74,29 +73,14 @@ class Plan:
         lines = [f"plan for {self.model.name} ({self.model.architecture}, {self.model.num_layers} layers)"]
         if self.tensor_parallel > 1:
             lines[0] += f", one of {self.tensor_parallel} tensor-parallel ranks"
-        for indices, layer in self.groups():
+        for group in self.core.groups:
+            layer = self.layers[group.layers[0]]
             what = layer.mixer if layer.kind == "mixer" else layer.config.kind
             variant = f" [{layer.decision.variant}]" if layer.decision.variant else ""
             chosen = (layer.backend or "no valid backend") + variant
             slow = "  <- slow reference path" if layer.decision.slow_path else ""
-            lines.append(f"  {layer.kind:<9} {what:<22} -> {chosen:<28} {_span(indices)}{slow}")
+            lines.append(f"  {layer.kind:<9} {what:<22} -> {chosen:<28} layers {group.layer_ranges}{slow}")
         return "\n".join(lines)
-
-
-def _span(indices: list) -> str:
-    """'layers 0-31', 'layer 5', 'layers 0-40 step 2', or 'layers 1, 4, 9'."""
-    if len(indices) == 1:
-        return f"layer {indices[0]}"
-    steps = {b - a for a, b in zip(indices, indices[1:])}
-    if len(steps) == 1:
-        step = steps.pop()
-        return f"layers {indices[0]}-{indices[-1]}" + (f" step {step}" if step > 1 else "")
-    runs, start = [], indices[0]
-    for prev, cur in zip(indices, indices[1:] + [None]):
-        if cur != prev + 1 if cur is not None else True:
-            runs.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
-    return "layers " + ", ".join(runs)
 
 
 def plan(model: str, backend: Optional[str] = None, platform: Any = None, *, dtype: Any = None,
@@ -107,23 +91,18 @@ def plan(model: str, backend: Optional[str] = None, platform: Any = None, *, dty
     ``backend`` forces the attention backend (an error names the layers it cannot serve);
     dtype / kv_cache_dtype / block_size override what the config says. ``tensor_parallel`` plans one
     rank's share of every layer (heads split as vLLM splits them; heads that do not divide raise).
+    A layer nothing serves stays in the plan (backend "", every candidate's reasons kept).
     """
     whole = _core.load_model(model, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size)
-    spec = _core.shard_model(whole, tensor_parallel)
-    result = Plan(model=spec, tensor_parallel=tensor_parallel)
-    for layer, whole_layer in zip(spec.layers, whole.layers):
-        if layer.kind == "mixer":
-            decision = _core.select_mamba(layer.mixer, platform=platform)
-            result.layers.append(PlannedLayer(layer.index, "mixer", decision, mixer=layer.mixer))
-        else:
-            try:
-                # Unforced, a layer nothing serves stays in the plan (backend "", every reason kept);
-                # a forced backend that cannot serve a layer is an error, as in select().
-                decide = _core.select if backend else _core.explain
-                decision = decide(layer.attention, backend, platform)
-            except _core.Error as e:
-                raise _core.Error(f"{spec.name} layer {layer.index}: {e}") from None
-            sharding = _core.shard_heads(whole_layer.attention, tensor_parallel)
-            result.layers.append(PlannedLayer(layer.index, "attention", decision, config=layer.attention,
-                                              softmax_scale=layer.softmax_scale, sharding=sharding))
-    return result
+    core = _core.plan_model(whole, platform, backend=backend, tensor_parallel=tensor_parallel)
+    spec = core.rank_model
+    layers: list = [None] * spec.num_layers
+    for group in core.groups:
+        for index in group.layers:
+            layer = spec.layers[index]
+            if group.kind == "mixer":
+                layers[index] = PlannedLayer(index, "mixer", group.decision, mixer=layer.mixer)
+            else:
+                layers[index] = PlannedLayer(index, "attention", group.decision, config=layer.attention,
+                                             softmax_scale=layer.softmax_scale, sharding=group.sharding)
+    return Plan(model=spec, layers=layers, tensor_parallel=tensor_parallel, core=core)

@@ -81,26 +81,23 @@ struct BackendInfo {
   std::vector<std::string> platforms, dtypes, kv_cache_dtypes, attn_types, required_cpu_features, features;
   std::string head_sizes, block_sizes, compute_capability;
 
+  /// Read from the library's JSON record of the backend (attn::to_json), the one rendering
+  /// `attn backends` prints too.
   explicit BackendInfo(const BackendDescriptor& d) {
-    const Capabilities& c = d.caps;
-    name = d.name, summary = d.summary, module = d.module;
-    kv_layout = std::string(to_string(d.kv_layout));
-    variant = d.variant ? d.variant(detect_cpu()) : "";
-    priority = d.priority, preferred_block_size = d.preferred_block_size;
-    for (auto p : c.platforms) platforms.push_back(p == PlatformKind::cpu ? "cpu" : "cuda");
-    dtypes = names_of(c.dtypes), kv_cache_dtypes = names_of(c.kv_cache_dtypes), attn_types = names_of(c.attn_types);
-    required_cpu_features = names_of(c.required_cpu_features);
-    head_sizes = c.head_sizes.describe(), block_sizes = c.block_sizes.describe();
-    if (c.min_cc || c.max_cc)
-      compute_capability = (c.min_cc ? c.min_cc->to_string() : "") + ".." + (c.max_cc ? c.max_cc->to_string() : "");
-    const std::pair<const char*, bool> flags[] = {
-        {"mla", c.mla}, {"sparse", c.sparse}, {"block_sparse", c.block_sparse}, {"attention_free", c.attention_free},
-        {"sinks", c.sinks}, {"sliding_window", c.sliding_window}, {"soft_cap", c.soft_cap}, {"alibi", c.alibi},
-        {"non_causal", c.non_causal}, {"batch_invariance", c.batch_invariance}, {"kv_connector", c.kv_connector},
-        {"per_head_quant_scales", c.per_head_quant_scales}, {"mm_prefix", c.mm_prefix},
-        {"distinct_head_size_v", c.distinct_head_size_v}};
-    for (auto& [flag, on] : flags)
-      if (on) features.push_back(flag);
+    const nb::dict j = nb::cast<nb::dict>(json_loads(to_json(d, detect_cpu())));
+    const nb::dict c = nb::cast<nb::dict>(j["capabilities"]);
+    auto text = [](const nb::dict& from, const char* key) { return nb::cast<std::string>(from[key]); };
+    auto list = [](const nb::dict& from, const char* key) { return nb::cast<std::vector<std::string>>(from[key]); };
+    name = text(j, "name"), summary = text(j, "summary"), module = text(j, "module");
+    kv_layout = text(j, "kv_layout"), variant = text(j, "variant");
+    priority = nb::cast<int>(j["priority"]), preferred_block_size = nb::cast<int>(j["preferred_block_size"]);
+    platforms = list(c, "platforms"), dtypes = list(c, "dtypes"), kv_cache_dtypes = list(c, "kv_cache_dtypes");
+    attn_types = list(c, "attn_types"), required_cpu_features = list(c, "required_cpu_features");
+    features = list(c, "features");
+    head_sizes = text(c, "head_sizes"), block_sizes = text(c, "block_sizes");
+    const bool has_min = c.contains("min_compute_capability"), has_max = c.contains("max_compute_capability");
+    if (has_min || has_max)
+      compute_capability = (has_min ? text(c, "min_compute_capability") : "") + ".." + (has_max ? text(c, "max_compute_capability") : "");
   }
 
   std::string repr() const {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "attn/mamba.hpp"
+#include "attn/plan.hpp"
 #include "bind.hpp"
 
 namespace attn::py {
@@ -31,7 +32,7 @@ std::string candidate_repr(const Candidate& c) {
 
 void bind_select(nb::module_& m) {
   nb::class_<Reason>(m, "Reason", "Why a backend cannot serve a layer: field, the layer's value, what is supported.")
-      .def_ro("field", &Reason::field)
+      .def_prop_ro("field", [](const Reason& r) { return r.field.name(); })
       .def_ro("value", &Reason::value)
       .def_ro("expected", &Reason::expected)
       .def("__str__", &Reason::to_string)
@@ -43,6 +44,7 @@ void bind_select(nb::module_& m) {
       .def_ro("valid", &Candidate::valid)
       .def_ro("priority", &Candidate::priority)
       .def_ro("reasons", &Candidate::reasons)
+      .def("to_dict", [](const Candidate& c) { return json_loads(to_json(c)); })
       .def("__repr__", &candidate_repr);
 
   nb::class_<Decision>(m, "Decision", "The selector's answer: the chosen backend and why every other one lost.")
@@ -58,7 +60,7 @@ void bind_select(nb::module_& m) {
       .def_ro("notes", &Decision::notes)
       .def_ro("slow_path", &Decision::slow_path, "why the slow correctness oracle serves the layer; empty otherwise")
       .def("to_text", &Decision::to_text)
-      .def("to_json", &Decision::to_json)
+      .def("to_json", [](const Decision& d) { return to_json(d); })
       .def("to_dict", [](const Decision& d) { return json_loads(d.to_json()); })
       .def("__repr__", &Decision::to_text)
       .def("__str__", &Decision::to_text);
@@ -146,6 +148,40 @@ void bind_select(nb::module_& m) {
       nb::arg("block_size") = 0,
       "Loads a built-in model by name or a Hugging Face config.json (path or folder).");
   m.def("builtin_models", &builtin_models, "Names of the shipped model configs.");
+
+  nb::class_<PlanGroup>(m, "PlanGroup", "Layers of one configuration and the decision that serves them all.")
+      .def_ro("layers", &PlanGroup::layers)
+      .def_ro("layer_ranges", &PlanGroup::layer_ranges, "the layers as '0-31' or '0,2,4,...,46'")
+      .def_ro("whole", &PlanGroup::whole, "the first layer, before sharding")
+      .def_ro("sample", &PlanGroup::sample, "one tensor-parallel rank's share of the first layer")
+      .def_ro("sharding", &PlanGroup::sharding)
+      .def_ro("decision", &PlanGroup::decision)
+      .def_ro("error", &PlanGroup::error)
+      .def_prop_ro("kind", [](const PlanGroup& g) { return g.is_attention() ? "attention" : "mixer"; });
+
+  nb::class_<ModelPlan>(m, "ModelPlan", "A model's layers grouped by configuration, one decision per group.")
+      .def_ro("model", &ModelPlan::model)
+      .def_ro("rank_model", &ModelPlan::rank_model)
+      .def_ro("platform", &ModelPlan::platform)
+      .def_ro("tensor_parallel", &ModelPlan::tensor_parallel)
+      .def_ro("pipeline_parallel", &ModelPlan::pipeline_parallel)
+      .def_ro("groups", &ModelPlan::groups)
+      .def("all_served", &ModelPlan::all_served)
+      .def("to_json", [](const ModelPlan& p) { return to_json(p); })
+      .def("to_dict", [](const ModelPlan& p) { return json_loads(to_json(p)); });
+
+  m.def(
+      "plan_model",
+      [](const ModelSpec& model, nb::handle platform, nb::handle backend, int tensor_parallel, int pipeline_parallel) {
+        PlanOptions o;
+        if (!backend.is_none()) o.select.backend = nb::cast<std::string>(backend);
+        o.tensor_parallel = tensor_parallel;
+        o.pipeline_parallel = pipeline_parallel;
+        return plan_model(model, platform_from_py(platform), o);
+      },
+      nb::arg("model"), nb::arg("platform") = nb::none(), nb::kw_only(), nb::arg("backend") = nb::none(),
+      nb::arg("tensor_parallel") = 1, nb::arg("pipeline_parallel") = 1,
+      "Groups a model's equal layers and decides each group on platform (the library's attn plan).");
 }
 
 }  // namespace attn::py

@@ -137,8 +137,20 @@ def test_plan_a_builtin_model_and_a_config_file(tmp_path):
     assert all(l.config.kv_cache_dtype == "fp8" for l in q.layers)
 
 
+def test_plan_groups_and_ranges_come_from_the_library():
+    p = attn.plan("gemma-2-9b", platform="cpu:avx2")  # alternating sliding / full layers
+    assert [ids for ids, _ in p.groups()] == [list(range(0, 42, 2)), list(range(1, 42, 2))]
+    assert "layers 0,2,4,...,40" in repr(p) and "layers 1,3,5,...,41" in repr(p)  # the CLI's format
+    core = attn.plan_model(attn.load_model("gemma-2-9b"), "cpu:avx2")
+    assert [g.layer_ranges for g in core.groups] == ["0,2,4,...,40", "1,3,5,...,41"]
+    assert [g["layer_ranges"] for g in p.to_dict()["groups"]] == [g.layer_ranges for g in core.groups]
+    assert all(g.kind == "attention" and g.decision.backend for g in core.groups) and core.all_served()
+    reason = next(r for c in core.groups[0].decision.candidates for r in c.reasons)
+    assert isinstance(reason.field, str) and str(reason).startswith(reason.field + "=")
+
+
 def test_plan_errors_name_model_and_layer():
-    with pytest.raises(ValueError, match="llama-3.1-8b layer 0"):
+    with pytest.raises(ValueError, match="layers 0-31 of llama-3.1-8b"):
         attn.plan("llama-3.1-8b", backend="no_attention")
     with pytest.raises(ValueError, match="built-in model"):
         attn.plan("no-such-model")

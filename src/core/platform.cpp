@@ -50,6 +50,11 @@ ComputeCapability parse_compute_capability(const std::string& spec) {
 
 }  // namespace
 
+std::string_view to_string(PlatformKind k) {
+  static const detail::NameTable<PlatformKind> t = {{PlatformKind::cpu, "cpu"}, {PlatformKind::cuda, "cuda"}};
+  return detail::name_of(t, k);
+}
+
 std::string_view to_string(CpuFeature f) { return detail::name_of(feature_table(), f); }
 const std::vector<CpuFeature>& all_cpu_features() {
   static const auto v = detail::values_of(feature_table());
@@ -60,7 +65,7 @@ std::string ComputeCapability::to_string() const { return std::to_string(major) 
 
 bool Platform::has(CpuFeature f) const { return std::find(features.begin(), features.end(), f) != features.end(); }
 
-std::string Platform::kind_name() const { return kind == PlatformKind::cpu ? "cpu" : "cuda"; }
+std::string Platform::kind_name() const { return std::string(attn::to_string(kind)); }
 
 std::string Platform::fingerprint() const {
   std::string s = kind_name();

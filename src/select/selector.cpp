@@ -70,18 +70,8 @@ std::string reasons_text(const std::vector<Reason>& rs) {
 std::vector<Candidate> check_all(Registry& reg, const LayerConfig& c, const Platform& p, const std::string& forced) {
   std::vector<Candidate> out;
   for (auto& d : reg.backends()) {
-    std::vector<Reason> reasons = check_capabilities(d->caps, c, p);
-    const bool platform_ok = reasons.empty() || reasons.front().field != "platform";
-    if (!platform_ok && d->name != forced) continue;  // other platforms are not candidates
-    if (d->extra_checks && platform_ok) {
-      auto more = d->extra_checks(c, p);
-      reasons.insert(reasons.end(), more.begin(), more.end());
-    }
-    // Loading a module only makes sense on the machine itself, not for a planning target.
-    std::string why;
-    if (platform_ok && p.detected && !d->module.empty() && !reg.ensure_module(*d, why))
-      reasons.insert(reasons.begin(), Reason{"module", d->module + " not loaded: " + why, "a loadable module"});
-    out.push_back({d->name, reasons.empty(), d->priority, std::move(reasons)});
+    Candidate cand = evaluate(*d, c, p, &reg);
+    if (cand.on_platform() || d->name == forced) out.push_back(std::move(cand));  // other platforms are not candidates
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.priority < b.priority; });
   return out;
@@ -160,7 +150,7 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
     std::vector<std::string> precluded;
     for (auto& cand : d.candidates) {
       if (cand.priority >= chosen->priority) break;
-      if (cand.reasons.size() == 1 && cand.reasons[0].field == "block_size") precluded.push_back(cand.backend);
+      if (cand.reasons.size() == 1 && cand.reasons[0].field == ReasonField::block_size) precluded.push_back(cand.backend);
     }
     if (!precluded.empty())
       d.notes.push_back("--block-size " + std::to_string(c.block_size) + " precluded higher-priority backend(s) " +

@@ -6,6 +6,7 @@
 #include <random>
 #include <string_view>
 
+#include "attn/selector.hpp"
 #include "selector/selector_test_util.hpp"
 
 namespace attn::test {
@@ -130,15 +131,6 @@ bool is_dense_cpu_backend(const BackendDescriptor& d) {
          contains(c.platforms, PlatformKind::cpu);
 }
 
-std::vector<Reason> all_reasons(const BackendDescriptor& d, const LayerConfig& cfg, const Platform& p) {
-  std::vector<Reason> r = check_capabilities(d.caps, cfg, p);
-  if (d.extra_checks && (r.empty() || r.front().field != "platform")) {
-    auto more = d.extra_checks(cfg, p);
-    r.insert(r.end(), more.begin(), more.end());
-  }
-  return r;
-}
-
 std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Platform& platform, SweepSize size,
                                           uint64_t base_seed) {
   const Capabilities& caps = d.caps;
@@ -170,7 +162,7 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
     mutate(s);
     const AttnType t = s.config.attn_type;
     if (s.seqs.empty()) s.seqs = ragged_batch(rng, size, t == AttnType::encoder || t == AttnType::encoder_only);
-    if (all_reasons(d, s.config, platform).empty()) out.push_back({s, label});
+    if (evaluate(d, s.config, platform).valid) out.push_back({s, label});
   };
   auto each_dtype = [&](int n, const std::string& label, const std::function<void(CaseSpec&)>& mutate) {
     for (int i = 0; i < std::min<int>(n, int(dtypes.size())); ++i)

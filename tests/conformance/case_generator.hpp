@@ -4,7 +4,7 @@
 // dtype it lists, each feature it claims (sinks, window, soft-cap, ALiBi, non-causal, attention
 // types, distinct V width, per-head fp8 scales), GQA group sizes 1 / 4 / 8 and MQA, on ragged
 // batches with permuted or aliased block tables. Cases the backend's own checks reject (extra
-// rules beyond Capabilities) are dropped, not run.
+// rules beyond Capabilities, as attn::evaluate reports them) are dropped, not run.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,8 +38,5 @@ std::vector<int> sample_sizes(const SizeRule& rule, int max_count, int cap);
 /// True when the backend serves ordinary dense attention on the CPU (the generic oracle applies):
 /// not MLA / top-k sparse / block-sparse / attention-free, not synthetic.
 bool is_dense_cpu_backend(const BackendDescriptor& backend);
-
-/// The backend's reasons for `cfg` on `platform`: generic checks plus its extra checks.
-std::vector<Reason> all_reasons(const BackendDescriptor& backend, const LayerConfig& cfg, const Platform& platform);
 
 }  // namespace attn::test

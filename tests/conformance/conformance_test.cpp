@@ -40,7 +40,7 @@ std::shared_ptr<const BackendDescriptor> runnable_here(const std::string& name) 
   if (!d) return nullptr;
   std::string why;
   for (auto& r : check_capabilities(d->caps, LayerConfig{}, detect_cpu()))
-    if (r.field == "platform" || r.field == "cpu_features") why = r.to_string();
+    if (r.field == ReasonField::platform || r.field == ReasonField::cpu_features) why = r.to_string();
   if (why.empty() && !Registry::instance().ensure_module(*d, why)) why = "module " + d->module + ": " + why;
   if (!why.empty()) return nullptr;
   return Registry::instance().find(name);  // the module may have provided the factory
@@ -213,13 +213,13 @@ TEST_P(NonDenseBackends, RefuseAPlainDecoderLayerNamingTheField) {
   forced.backend = GetParam();
   LayerConfig plain;
   plain.head_size = 64;
-  const auto reasons = all_reasons(*d, plain, detect_cpu());
+  const auto reasons = evaluate(*d, plain, detect_cpu()).reasons;
   ASSERT_FALSE(reasons.empty()) << GetParam() << " claims to serve a plain dense layer";
   try {
     select(plain, forced);
     ADD_FAILURE() << GetParam() << " accepted a plain decoder layer";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(reasons.front().field + "="), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(reasons.front().field.name() + "="), std::string::npos) << e.what();
   }
 }
 

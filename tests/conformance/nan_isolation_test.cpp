@@ -280,7 +280,7 @@ void run_all(const std::string& backend, bool visible_nan) {
         cfg.dtype = io, cfg.kv_cache_dtype = kv, cfg.use_mla = true, cfg.kv_lora_rank = probe.rank;
         cfg.qk_rope_head_dim = probe.rope, cfg.qk_nope_head_dim = probe.nope, cfg.v_head_dim = probe.v_dim;
         if (d->caps.sparse) cfg.use_sparse = true, cfg.index_topk = 24;
-        if (!all_reasons(*d, cfg, here).empty()) continue;
+        if (!evaluate(*d, cfg, here).valid) continue;
         ++ran;
         for (auto& f : run_mla(backend, sc, kv, visible_nan)) fails.push_back(f);
       }
@@ -288,7 +288,7 @@ void run_all(const std::string& backend, bool visible_nan) {
     }
     const bool bsparse = d->caps.block_sparse;
     for (const Scenario& sc : scenarios(bsparse ? blocksparse_layer(io, kv) : dense_layer(io, kv))) {
-      if (!all_reasons(*d, sc.config, here).empty()) continue;
+      if (!evaluate(*d, sc.config, here).valid) continue;
       ++ran;
       for (auto& f : run_generic(backend, sc, bsparse, visible_nan)) fails.push_back(f);
     }

@@ -81,7 +81,7 @@ TEST_F(Rendered, JsonFollowsTheSchema) {
     EXPECT_EQ(c["priority"], d.candidates[i].priority);
     ASSERT_EQ(c["reasons"].size(), d.candidates[i].reasons.size());
     for (std::size_t r = 0; r < d.candidates[i].reasons.size(); ++r) {
-      EXPECT_EQ(c["reasons"][r]["field"], d.candidates[i].reasons[r].field);
+      EXPECT_EQ(c["reasons"][r]["field"], d.candidates[i].reasons[r].field.name());
       EXPECT_EQ(c["reasons"][r]["value"], d.candidates[i].reasons[r].value);
       EXPECT_EQ(c["reasons"][r]["expected"], d.candidates[i].reasons[r].expected);
     }

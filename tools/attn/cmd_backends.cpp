@@ -12,30 +12,20 @@ namespace {
 
 using nlohmann::json;
 
-template <typename T>
-std::vector<std::string> names(const std::vector<T>& values) {
-  std::vector<std::string> out;
-  for (const auto& v : values) out.emplace_back(attn::to_string(v));
-  return out;
-}
-
-std::vector<std::string> platform_names(const std::vector<attn::PlatformKind>& kinds) {
-  std::vector<std::string> out;
-  for (auto k : kinds) out.push_back(k == attn::PlatformKind::cpu ? "cpu" : "cuda");
-  return out;
-}
-
-/// The feature flags a backend declares, by LayerConfig field name.
-std::vector<std::string> features(const attn::Capabilities& c) {
-  std::vector<std::pair<bool, const char*>> flags = {
-      {c.mla, "mla"}, {c.sparse, "sparse"}, {c.block_sparse, "block_sparse"}, {c.attention_free, "attention_free"},
-      {c.sinks, "sinks"}, {c.sliding_window, "sliding_window"}, {c.soft_cap, "soft_cap"}, {c.alibi, "alibi"},
-      {c.non_causal, "non_causal"}, {c.batch_invariance, "batch_invariance"}, {c.kv_connector, "kv_connector"},
-      {c.per_head_quant_scales, "per_head_quant_scales"}, {c.mm_prefix, "mm_prefix"},
-      {c.distinct_head_size_v, "distinct_head_size_v"}};
-  std::vector<std::string> out;
-  for (auto [on, name] : flags) if (on) out.emplace_back(name);
-  return out;
+/// Why `d` cannot run on `platform` before its module is even tried: another platform, or a
+/// CPU without the features it requires.
+std::string why_not_here(const attn::BackendDescriptor& d, const attn::Platform& platform) {
+  const attn::Capabilities& c = d.caps;
+  bool on_platform = false;
+  for (auto k : c.platforms) on_platform = on_platform || k == platform.kind;
+  std::vector<std::string> kinds;
+  for (auto k : c.platforms) kinds.emplace_back(attn::to_string(k));
+  if (!on_platform) return "runs on " + attn::join(kinds) + ", not " + platform.kind_name();
+  std::string why;
+  for (auto f : c.required_cpu_features) {
+    if (platform.kind == attn::PlatformKind::cpu && !platform.has(f)) why = "cpu lacks " + std::string(attn::to_string(f));
+  }
+  return why;
 }
 
 }  // namespace
@@ -45,29 +35,10 @@ int cmd_backends(const BackendsOptions& options) {
   auto& registry = attn::Registry::instance();
   json out{{"platform", platform.to_string()}, {"backends", json::array()}};
   for (const auto& d : registry.backends()) {
-    const attn::Capabilities& c = d->caps;
-    std::string why;
-    bool on_platform = false;
-    for (auto k : c.platforms) on_platform = on_platform || k == platform.kind;
-    for (auto f : c.required_cpu_features) {
-      if (platform.kind == attn::PlatformKind::cpu && !platform.has(f)) why = "cpu lacks " + std::string(attn::to_string(f));
-    }
-    if (!on_platform) why = "runs on " + attn::join(platform_names(c.platforms)) + ", not " + platform.kind_name();
-    bool loadable = why.empty() && registry.ensure_module(*d, why);
-    json caps{{"platforms", platform_names(c.platforms)},
-              {"dtypes", names(c.dtypes)},
-              {"kv_cache_dtypes", names(c.kv_cache_dtypes)},
-              {"head_sizes", c.head_sizes.describe()},
-              {"block_sizes", c.block_sizes.describe()},
-              {"attn_types", names(c.attn_types)},
-              {"features", features(c)},
-              {"required_cpu_features", names(c.required_cpu_features)}};
-    if (c.min_cc) caps["min_compute_capability"] = c.min_cc->to_string();
-    if (c.max_cc) caps["max_compute_capability"] = c.max_cc->to_string();
-    json b{{"name", d->name}, {"summary", d->summary}, {"priority", d->priority},
-           {"preferred_block_size", d->preferred_block_size}, {"kv_layout", std::string(attn::to_string(d->kv_layout))},
-           {"module", d->module}, {"variant", d->variant ? d->variant(platform) : std::string()},
-           {"loadable", loadable}, {"capabilities", caps}};
+    std::string why = why_not_here(*d, platform);
+    const bool loadable = why.empty() && registry.ensure_module(*d, why);
+    json b = json::parse(attn::to_json(*d, platform));
+    b["loadable"] = loadable;
     if (!loadable) b["why_not_loadable"] = why;
     out["backends"].push_back(b);
   }

@@ -10,6 +10,7 @@
 
 #include "attn/error.hpp"
 #include "attn/registry.hpp"
+#include "attn/selector.hpp"
 #include "commands.hpp"
 #include "workload.hpp"
 
@@ -81,16 +82,6 @@ std::vector<Shape> shapes() {
     out.push_back(ds);
   }
   return out;
-}
-
-/// Reasons `backend` (or the reference) cannot serve `cfg` here: capabilities + extra checks.
-std::vector<attn::Reason> reasons(const attn::BackendDescriptor& d, const attn::LayerConfig& cfg, const attn::Platform& p) {
-  auto r = attn::check_capabilities(d.caps, cfg, p);
-  if (d.extra_checks) {
-    auto extra = d.extra_checks(cfg, p);
-    r.insert(r.end(), extra.begin(), extra.end());
-  }
-  return r;
 }
 
 struct Result {
@@ -209,8 +200,8 @@ int cmd_check(const CheckOptions& o) {
     uint64_t seed = o.seed;
     for (const auto& s : shapes()) {
       ++seed;
-      if (!reasons(*d, s.config, platform).empty()) continue;  // not this backend's shape
-      auto ref_reasons = reasons(*ref, oracle_config(s.config), platform);
+      if (!attn::evaluate(*d, s.config, platform).valid) continue;  // not this backend's shape
+      auto ref_reasons = attn::evaluate(*ref, oracle_config(s.config), platform).reasons;
       if (!ref_reasons.empty()) {
         skipped.push_back({{"backend", d->name}, {"shape", s.name}, {"why", "reference cannot serve: " + ref_reasons[0].to_string()}});
         continue;

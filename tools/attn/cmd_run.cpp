@@ -102,13 +102,6 @@ attn::LayerParams layer_params(const attn::ModelLayer& layer, int threads, Rng& 
   return p;
 }
 
-const LayerGroup& group_of(const Plan& plan, int layer) {
-  for (const auto& g : plan.groups) {
-    for (int i : g.layers) if (i == layer) return g;
-  }
-  throw attn::Error("layer=" + std::to_string(layer) + " invalid: expected a layer of the plan");
-}
-
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string mib(double bytes) {
@@ -198,7 +191,7 @@ int cmd_run(const RunOptions& o) {
   for (const auto& l : model.layers) {
     LayerState ls;
     ls.index = l.index;
-    const LayerGroup& g = group_of(plan, l.index);
+    const LayerGroup& g = plan.group_of(l.index);
     if (l.kind == attn::LayerKind::mixer) {
       const attn::MixerConfig mc = attn::MixerConfig::from_dims(l.mixer, l.mixer_dims);
       ls.mixer_group = &g;
@@ -364,7 +357,7 @@ int cmd_run(const RunOptions& o) {
   for (std::size_t i = 0; i < plan.groups.size(); ++i) {
     const LayerGroup& g = plan.groups[i];
     const json& gj = groups_json[i];
-    std::printf("    layers %s: %s", compact_layers(g.layers).c_str(), g.backend().c_str());
+    std::printf("    layers %s: %s", g.layer_ranges.c_str(), g.decision.backend.c_str());
     if (g.is_attention()) {
       std::printf(", block size %d, %d blocks per layer", g.decision.block_size, gj["num_blocks_per_layer"].get<int>());
       if (gj.contains("mla_form")) {

@@ -19,7 +19,7 @@ namespace {
 std::string choice_label(const attn::TunedChoice& c) { return c.backend + (c.variant.empty() ? "" : "[" + c.variant + "]"); }
 
 void print_config(const attn::TunedConfig& tc, const std::vector<int>& layers, const attn::ModelLayer& sample) {
-  std::printf("\nlayers %s: %s\n", compact_layers(layers).c_str(), describe_layer(sample).c_str());
+  std::printf("\nlayers %s: %s\n", attn::layer_ranges(layers).c_str(), describe_layer(sample).c_str());
   std::printf("  %-26s %6s %12s %12s\n", "backend[variant]", "block", "decode ms", "prefill ms");
   for (const auto& c : tc.choices) {
     if (c.measured()) std::printf("  %-26s %6d %12.3f %12.3f\n", choice_label(c).c_str(), c.block_size, c.decode_us / 1e3, c.prefill_us / 1e3);
@@ -89,7 +89,7 @@ int cmd_tune(const TuneOptions& options) {
   std::printf("the selector now picks:\n");
   for (const auto& c : configs) {
     const attn::Decision d = attn::select(c);
-    std::printf("  layers %s: %s%s, block size %d\n", compact_layers(layers_of[attn::tuning_key(c)]).c_str(), d.backend.c_str(),
+    std::printf("  layers %s: %s%s, block size %d\n", attn::layer_ranges(layers_of[attn::tuning_key(c)]).c_str(), d.backend.c_str(),
                 d.variant.empty() ? "" : (" [" + d.variant + "]").c_str(), d.block_size);
     for (const auto& n : d.notes) std::printf("    %s\n", n.c_str());
   }

@@ -17,40 +17,10 @@ namespace {
 
 using nlohmann::json;
 
-bool same_group(const attn::ModelLayer& a, const attn::ModelLayer& b) {
-  if (a.kind != b.kind) return false;
-  if (a.kind == attn::LayerKind::attention) return a.attention == b.attention && a.softmax_scale == b.softmax_scale;
-  return a.mixer == b.mixer && a.mixer_dims == b.mixer_dims;
-}
-
 std::string number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
-}
-
-/// Mixer layers: select_mamba (a deterministic type → backend mapping, ATTN_MAMBA_BACKEND aside).
-void select_mixer(LayerGroup& g, const attn::SelectOptions& options) {
-  attn::MambaSelectOptions m;
-  m.platform = options.platform;
-  g.decision = attn::select_mamba(g.sample.mixer, m);
-  g.has_decision = true;
-}
-
-/// One rank's cache per layer of the group: KV bytes per token of the chosen backend's cache
-/// spec, or a mixer's float32 state bytes per sequence.
-void size_caches(LayerGroup& g) {
-  if (!g.is_attention()) {
-    const attn::MixerConfig mc = attn::MixerConfig::from_dims(g.sample.mixer, g.sample.mixer_dims);
-    g.state_bytes_per_sequence = mixer_state_bytes(mc, 1);
-    return;
-  }
-  if (g.decision.backend.empty() || g.sample.attention.is_attention_free) return;
-  const auto backend = attn::Registry::instance().find(g.decision.backend);
-  if (!backend) return;
-  const int32_t block = g.decision.block_size;
-  g.kv_bytes_per_token = backend->cache_spec(g.sample.attention, 1, block).bytes() / block;
-  g.slow_reference = backend->oracle;
 }
 
 /// "2 of 32 heads, 1 of 8 KV heads per rank (each KV head replicated on 2 ranks)".
@@ -93,28 +63,21 @@ std::string stage_line(const Plan& plan, std::size_t i) {
   return o.str();
 }
 
-json candidates_json(const attn::Decision& d) {
-  json out = json::array();
-  for (const auto& c : d.candidates) {
-    json cj{{"backend", c.backend}, {"valid", c.valid}, {"priority", c.priority}, {"reasons", json::array()}};
-    for (const auto& r : c.reasons) cj["reasons"].push_back({{"field", r.field}, {"value", r.value}, {"expected", r.expected}});
-    out.push_back(cj);
-  }
-  return out;
-}
-
 }  // namespace
 
-std::string LayerGroup::backend() const {
-  if (has_decision) return decision.backend;
-  return std::string(attn::to_string(sample.mixer));
-}
-
-bool Plan::all_served() const {
-  for (const auto& g : groups) {
-    if (!g.error.empty()) return false;
+GroupSizes group_sizes(const LayerGroup& g) {
+  GroupSizes out;
+  if (!g.is_attention()) {
+    out.state_bytes_per_sequence = mixer_state_bytes(attn::MixerConfig::from_dims(g.sample.mixer, g.sample.mixer_dims), 1);
+    return out;
   }
-  return true;
+  if (g.decision.backend.empty() || g.sample.attention.is_attention_free) return out;
+  const auto backend = attn::Registry::instance().find(g.decision.backend);
+  if (!backend) return out;
+  const int32_t block = g.decision.block_size;
+  out.kv_bytes_per_token = backend->cache_spec(g.sample.attention, 1, block).bytes() / block;
+  out.slow_reference = backend->oracle;
+  return out;
 }
 
 attn::ModelSpec load_model(const ModelOptions& o) {
@@ -137,7 +100,8 @@ attn::SelectOptions select_options(const ModelOptions& o) {
 int64_t Plan::kv_bytes_per_token(int begin, int end) const {
   int64_t bytes = 0;
   for (const auto& g : groups) {
-    for (int i : g.layers) bytes += i >= begin && i < end ? g.kv_bytes_per_token : 0;
+    const int64_t per_layer = group_sizes(g).kv_bytes_per_token;
+    for (int i : g.layers) bytes += i >= begin && i < end ? per_layer : 0;
   }
   return bytes;
 }
@@ -151,74 +115,15 @@ Parallelism parallelism(int64_t tensor_parallel, int64_t pipeline_parallel, cons
 }
 
 Plan build_plan(const attn::ModelSpec& model, const attn::SelectOptions& options, Parallelism parallel) {
+  attn::PlanOptions po;
+  po.select = options;
+  po.tensor_parallel = parallel.tensor;
+  po.pipeline_parallel = parallel.pipeline;
   Plan plan;
-  plan.model = model;
+  static_cast<attn::ModelPlan&>(plan) =
+      attn::plan_model(model, options.platform ? *options.platform : attn::detect_cpu(), po);
   plan.parallel = parallel;
-  plan.rank_model = attn::shard_model(model, parallel.tensor);
-  plan.stages = attn::pipeline_stages(model.num_layers, parallel.pipeline);
-  plan.platform = options.platform ? options.platform->to_string() : attn::detect_cpu().to_string();
-  for (const auto& layer : model.layers) {
-    LayerGroup* group = nullptr;
-    for (auto& g : plan.groups) {
-      if (same_group(g.whole, layer)) group = &g;
-    }
-    if (!group) {
-      plan.groups.push_back(LayerGroup{});
-      group = &plan.groups.back();
-      group->whole = layer;
-      group->sample = plan.rank_model.layers[std::size_t(layer.index)];
-      if (layer.kind == attn::LayerKind::attention) group->sharding = attn::shard_heads(layer.attention, parallel.tensor);
-    }
-    group->layers.push_back(layer.index);
-  }
-  for (auto& g : plan.groups) {
-    if (!g.is_attention()) {
-      select_mixer(g, options);
-      size_caches(g);
-      continue;
-    }
-    try {
-      g.decision = attn::explain(g.sample.attention, options);
-    } catch (const attn::Error& e) {
-      throw attn::Error("layers " + compact_layers(g.layers) + ": " + e.what());
-    }
-    g.has_decision = true;
-    if (g.decision.backend.empty()) g.error = "no backend can serve layers " + compact_layers(g.layers);
-    size_caches(g);
-  }
   return plan;
-}
-
-std::string compact_layers(const std::vector<int>& v) {
-  if (v.empty()) return "";
-  const size_t n = v.size();
-  if (n >= 4) {
-    int step = v[1] - v[0];
-    bool progression = step > 1;
-    for (size_t i = 2; i < n && progression; ++i) progression = v[i] - v[i - 1] == step;
-    if (progression) {
-      return std::to_string(v[0]) + "," + std::to_string(v[1]) + "," + std::to_string(v[2]) + ",...," +
-             std::to_string(v[n - 1]);
-    }
-  }
-  std::string out;
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j + 1 < n && v[j + 1] == v[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    if (j - i >= 2) {
-      out += std::to_string(v[i]);
-      out += '-';
-      out += std::to_string(v[j]);
-    } else {
-      for (size_t k = i; k <= j; ++k) {
-        if (k > i) out += ',';
-        out += std::to_string(v[k]);
-      }
-    }
-    i = j + 1;
-  }
-  return out;
 }
 
 std::string describe_layer(const attn::ModelLayer& l) {
@@ -249,39 +154,18 @@ std::string describe_layer(const attn::ModelLayer& l) {
 }
 
 json plan_json(const Plan& plan) {
-  json j{{"model", plan.model.name}, {"architecture", plan.model.architecture}, {"num_layers", plan.model.num_layers},
-         {"platform", plan.platform}, {"tensor_parallel", plan.parallel.tensor}, {"pipeline_parallel", plan.parallel.pipeline},
-         {"groups", json::array()}, {"stages", json::array()}};
-  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
-    const attn::LayerRange& st = plan.stages[i];
-    j["stages"].push_back({{"stage", i}, {"layers", {st.begin, st.end}},
-                           {"ranks", {int(i) * plan.parallel.tensor, (int(i) + 1) * plan.parallel.tensor}},
-                           {"kv_bytes_per_token_per_rank", plan.kv_bytes_per_token(st.begin, st.end)}});
-  }
-  for (const auto& g : plan.groups) {
-    json gj{{"layers", g.layers}, {"kind", g.is_attention() ? "attention" : "mixer"}, {"backend", g.backend()}};
-    if (g.is_attention()) {
-      gj["config"] = json::parse(attn::layer_config_json(g.sample.attention));
-      gj["softmax_scale"] = g.sample.softmax_scale;
-      gj["kv_bytes_per_token"] = g.kv_bytes_per_token;
-      gj["slow_reference_path"] = g.slow_reference;
-      const attn::HeadSharding& sh = g.sharding;
-      gj["sharding"] = {{"num_heads", sh.num_heads}, {"num_kv_heads", sh.num_kv_heads}, {"kv_head_replicas", sh.kv_head_replicas},
-                        {"total_num_heads", g.whole.attention.num_heads}, {"total_num_kv_heads", g.whole.attention.num_kv_heads}};
+  json j = json::parse(attn::to_json(plan));
+  for (std::size_t i = 0; i < plan.stages.size(); ++i)
+    j["stages"][i]["kv_bytes_per_token_per_rank"] = plan.kv_bytes_per_token(plan.stages[i].begin, plan.stages[i].end);
+  for (std::size_t i = 0; i < plan.groups.size(); ++i) {
+    const GroupSizes sizes = group_sizes(plan.groups[i]);
+    json& gj = j["groups"][i];
+    if (plan.groups[i].is_attention()) {
+      gj["kv_bytes_per_token"] = sizes.kv_bytes_per_token;
+      gj["slow_reference_path"] = sizes.slow_reference;
     } else {
-      gj["mixer"] = std::string(attn::to_string(g.sample.mixer));
-      gj["config"] = g.sample.mixer_dims;
-      gj["state_bytes_per_sequence"] = g.state_bytes_per_sequence;
+      gj["state_bytes_per_sequence"] = sizes.state_bytes_per_sequence;
     }
-    gj["candidates"] = g.has_decision ? candidates_json(g.decision) : json::array();
-    if (g.has_decision) {
-      gj["variant"] = g.decision.variant;
-      if (g.is_attention()) gj["block_size"] = g.decision.block_size;
-      gj["notes"] = g.decision.notes;
-      if (!g.decision.forced_by.empty()) gj["forced_by"] = g.decision.forced_by;
-    }
-    if (!g.error.empty()) gj["error"] = g.error;
-    j["groups"].push_back(gj);
   }
   return j;
 }
@@ -297,26 +181,27 @@ std::string plan_text(const Plan& plan, bool candidates) {
     for (std::size_t i = 0; i < plan.stages.size(); ++i) s << stage_line(plan, i);
   }
   for (const auto& g : plan.groups) {
-    s << "\nlayers " << compact_layers(g.layers) << " (" << g.layers.size() << " " << (g.is_attention() ? "attention" : "mixer")
-      << "): " << (g.backend().empty() ? "NO BACKEND" : g.backend());
-    if (g.has_decision && !g.decision.variant.empty()) s << " [" << g.decision.variant << "]";
-    if (g.has_decision && g.is_attention() && !g.decision.backend.empty()) s << ", block size " << g.decision.block_size;
-    if (g.has_decision && !g.decision.forced_by.empty()) s << " (forced by " << g.decision.forced_by << ")";
-    if (g.slow_reference) s << "  <- slow reference path";
-    if (!g.has_decision) s << " (mixer selection not available in this build)";
+    const GroupSizes sizes = group_sizes(g);
+    const std::string& backend = g.decision.backend;
+    s << "\nlayers " << g.layer_ranges << " (" << g.layers.size() << " " << (g.is_attention() ? "attention" : "mixer")
+      << "): " << (backend.empty() ? "NO BACKEND" : backend);
+    if (!g.decision.variant.empty()) s << " [" << g.decision.variant << "]";
+    if (g.is_attention() && !backend.empty()) s << ", block size " << g.decision.block_size;
+    if (!g.decision.forced_by.empty()) s << " (forced by " << g.decision.forced_by << ")";
+    if (sizes.slow_reference) s << "  <- slow reference path";
     s << "\n  " << describe_layer(g.sample) << "\n";
     const bool sharded = plan.parallel.tensor > 1;
     if (g.is_attention() && sharded && !g.sample.attention.is_attention_free) {
       s << "  per rank: " << describe_sharding(g) << "\n  " << rank_heads(g) << "\n";
     }
-    if (g.kv_bytes_per_token) {
-      s << "  KV cache: " << attn::format_bytes(uint64_t(g.kv_bytes_per_token)) << " per token per layer" << (sharded ? " per rank" : "") << "\n";
+    if (sizes.kv_bytes_per_token) {
+      s << "  KV cache: " << attn::format_bytes(uint64_t(sizes.kv_bytes_per_token)) << " per token per layer" << (sharded ? " per rank" : "") << "\n";
     }
-    if (g.state_bytes_per_sequence) {
-      s << "  state: " << attn::format_bytes(uint64_t(g.state_bytes_per_sequence)) << " per sequence per layer" << (sharded ? " per rank" : "")
+    if (sizes.state_bytes_per_sequence) {
+      s << "  state: " << attn::format_bytes(uint64_t(sizes.state_bytes_per_sequence)) << " per sequence per layer" << (sharded ? " per rank" : "")
         << "\n";
     }
-    if (!g.has_decision || !candidates) continue;
+    if (!candidates) continue;
     if (!g.decision.slow_path.empty()) s << "  slow reference path: " << g.decision.slow_path << "\n";
     for (const auto& note : g.decision.notes) s << "  note: " << note << "\n";
     for (const auto& c : g.decision.candidates) {
