@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "attn/backend.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/limits.hpp"
 #include "attn/numeric.hpp"
@@ -48,6 +49,25 @@ TEST(KVCacheSpecShape, PairLayoutDeclaresHndExtent) {
   EXPECT_EQ(s.shape(), (std::vector<int64_t>{4, 2, 2, 16, 8}));
   EXPECT_EQ(to_string(KVLayout::HND_PAIRS), "HND_PAIRS");
   EXPECT_NE(s.to_string().find("HND_PAIRS [4, 2, 2, 16, 8] bfloat16"), std::string::npos) << s.to_string();
+}
+
+TEST(KVCacheSpecShape, PairLayoutFallsBackToHndWhereItDoesNotFit) {
+  // BackendDescriptor::cache_spec: a backend declaring HND_PAIRS gets it for bf16 products on
+  // even head sizes and blocks of 16s, HND rows otherwise.
+  BackendDescriptor d;
+  d.kv_layout = KVLayout::HND_PAIRS;
+  LayerConfig c;
+  c.num_heads = 8, c.num_kv_heads = 2, c.head_size = 128, c.dtype = DType::bfloat16;
+  EXPECT_EQ(d.cache_spec(c, 4, 64).layout, KVLayout::HND_PAIRS);
+  EXPECT_EQ(d.cache_spec(c, 4, 24).layout, KVLayout::HND);
+  c.kv_cache_dtype = KVCacheDType::fp8_e5m2;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND_PAIRS);
+  c.kv_cache_dtype = KVCacheDType::float16;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+  c.kv_cache_dtype = KVCacheDType::auto_, c.head_size = 63;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+  c.head_size = 128, c.dtype = DType::float32;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
 }
 
 TEST(KVCacheConstruction, PairLayoutNeedsBlocksOfSixteen) {
