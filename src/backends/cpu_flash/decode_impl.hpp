@@ -18,6 +18,10 @@
 //    4-row tile (GQA ≥ 4) the widened vectors go straight into the dot products in the order the
 //    lookups give (q stored in that order, the output undone at the end): 3–5 % faster than a
 //    round trip through a bf16 scratch row (docs/decode-model.md), which smaller tiles keep;
+//  - HND_PAIRS caches (Pairs: bf16, and fp8 on VBMI builds) skip the reduction and the unpacks:
+//    K lines hold 16 keys × 2 dims, so Q·Kᵀ accumulates scores in lanes against broadcast q
+//    pairs, and V lines hold 2 keys × 16 dims, the P·V operand as stored (qk_pairs, pv_pairs;
+//    docs/decode-model.md measures both layouts);
 //  - no heap: the per-thread scratch is fixed-size (rows ≤ 16, head size ≤ 256);
 //  - masked keys contribute exactly nothing: their scores are -inf, and on chunks where some
 //    row's visible keys are an interval inside the chunk, P·V skips the others (0·NaN = NaN).
