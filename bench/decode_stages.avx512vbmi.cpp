@@ -1,5 +1,6 @@
 // attn_decode_stages: where cpu_flash decode time goes, stage by stage, on the Llama-3.1-8B
-// decode shape (32 q / 8 KV heads, head 128, the backend's preferred block size, HND), over the
+// decode shape (32 q / 8 KV heads, head 128, the backend's preferred block size; HND rows and
+// HND_PAIRS side by side), over the
 // same rotated pool as `attn bench` (4× the last-level cache, so every figure is a DRAM figure)
 // and the same work items (sequence, KV head, 1024-key split; largest first, dynamic schedule):
 //   read_hw  pure read of every K and V line in the cache's block order, hardware prefetch only
@@ -9,6 +10,7 @@
 //   qk       read (+ convert) + the kernel's Q·Kᵀ tiles (vdpbf16ps, 4 rows of the GQA group);
 //            V read (+ converted); no softmax, no P·V
 //   kernel   the full forward call (cpu_flash, the variant the dispatcher picks)
+// On HND_PAIRS the read and qk stages walk the pair kernel's chunks (run_stage_pairs).
 // Each stage on 1 thread and on all threads, as GB/s of KV bytes and as a fraction of the
 // streaming-read ceiling on the same threads. The stage loops are the kernel's own pieces
 // (decode_impl.hpp compiled here with the kernel's flags). Stages are interleaved per repetition
@@ -156,6 +158,69 @@ uint64_t run_stage(const PagedRows& r, int d, Prefetch pf) {
   return lanes[0] + sc.kb[0][0] + sc.vb[0][0] + uint64_t(sc.s[0][0]);
 }
 
+/// The stages on an HND_PAIRS cache, walked as the pair kernel walks it: chunks of 32 keys from
+/// multiples of 16, per dim pair the chunk's K bytes, then the chunk's V rows of key pairs; the
+/// next chunk's lines are prefetched during the K loop (T1, as the kernel; pf.hint 0: none).
+/// read_hw reads the same runs in the same block order as on HND (the bytes are the same).
+template <KvType T, Stage S>
+uint64_t run_stage_pairs(const PagedRows& r, int d, Prefetch pf) {
+  if constexpr (S == Stage::read_hw) return run_stage<T, S>(r, d, pf);
+  constexpr int RB = 4;
+  constexpr int64_t eb = kv_bytes<T>();
+  thread_local Scratch sc = [] {
+    Scratch s{};
+    for (auto& row : s.qb) std::fill(std::begin(row), std::end(row), uint16_t(0x3c00));
+    return s;
+  }();
+  const int bs = r.block_size;
+  const int64_t kpair = 2 * int64_t(bs) * eb, vpair = 2 * r.token_stride;
+  auto chunk = [&](int32_t c) -> PairChunk {
+    if (c >= r.end) return {};
+    const char* run_k = reinterpret_cast<const char*>(r.base) + r.blocks[c / bs] * r.block_stride + r.head_offset;
+    return pair_chunk_at(run_k, r.v_offset, vpair, c, r.end, bs, eb);
+  };
+  __m512i acc = _mm512_setzero_si512();
+  const PairChunk first = chunk(r.begin - r.begin % 16);
+  for (int dp = 0; pf.hint && dp < d / 2; ++dp) prefetch_l2(first.k + dp * kpair, first.n * 2 * eb);
+  if (pf.hint) prefetch_l2(first.v, int64_t(first.n / 2) * vpair);
+  for (int32_t c = r.begin - r.begin % 16; c < r.end;) {
+    const PairChunk pc = chunk(c), nx = pf.hint ? chunk(c + pc.n) : PairChunk{};
+    const int64_t bytes = int64_t(pc.n) * 2 * eb, nx_bytes = int64_t(nx.n) * 2 * eb;  // per dim pair
+    if constexpr (S == Stage::qk) {
+      if (pc.n > 16)
+        qk_pairs<T, RB, 2>(sc, 0, pc.k, kpair, d, nx, kpair);
+      else
+        qk_pairs<T, RB, 1>(sc, 0, pc.k, kpair, d, nx, kpair);
+    } else {
+      for (int dp = 0; dp < d / 2; ++dp) {
+        for (int64_t off = 0; off < nx_bytes; off += 64)
+          prefetch_line(nx.k + dp * kpair + off, pf.hint), prefetch_line(nx.v + dp * nx_bytes + off, pf.hint);
+        if constexpr (S == Stage::convert) {
+          __m512i w[2];
+          pair_lines<T, 2>(pc.k + dp * kpair, w);
+          acc = _mm512_add_epi32(acc, _mm512_xor_si512(w[0], w[1]));
+        } else {
+          acc = sum_lines(acc, pc.k + dp * kpair, bytes);
+        }
+      }
+    }
+    const int64_t v_bytes = int64_t(pc.n / 2) * vpair;
+    if constexpr (T != KvType::bf16 && S != Stage::read) {
+      for (int64_t off = 0; off < v_bytes; off += 64) {
+        __m512i w[2];
+        pair_lines<T, 2>(pc.v + off, w);
+        acc = _mm512_add_epi32(acc, _mm512_xor_si512(w[0], w[1]));
+      }
+    } else {
+      acc = sum_lines(acc, pc.v, v_bytes);
+    }
+    c += pc.n;
+  }
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, acc);
+  return lanes[0] + uint64_t(sc.s[0][0]);
+}
+
 template <KvType T>
 uint64_t (*stage_fn(Stage s))(const PagedRows&, int, Prefetch) {
   switch (s) {
@@ -184,10 +249,21 @@ double thread_seconds() {
 
 /// Seconds of one call of stage `s` on the next instance: on one thread the calling thread's CPU
 /// time (what other processes on a shared machine take is not counted), else wall time.
-double time_stage(attn_bench::Workload& w, Stage s, bool fp8, int threads, int d, Prefetch pf) {
+template <KvType T>
+uint64_t (*pairs_stage_fn(Stage s))(const PagedRows&, int, Prefetch) {
+  switch (s) {
+    case Stage::read_hw: return &run_stage_pairs<T, Stage::read_hw>;
+    case Stage::read: return &run_stage_pairs<T, Stage::read>;
+    case Stage::convert: return &run_stage_pairs<T, Stage::convert>;
+    default: return &run_stage_pairs<T, Stage::qk>;
+  }
+}
+
+double time_stage(attn_bench::Workload& w, Stage s, bool fp8, bool pairs, int threads, int d, Prefetch pf) {
   omp_set_num_threads(threads);
   const std::vector<PagedRows> items = s == Stage::kernel ? std::vector<PagedRows>{} : w.paged_rows(w.take_instance());
-  const auto fn = fp8 ? stage_fn<KvType::e4m3>(s) : stage_fn<KvType::bf16>(s);
+  const auto fn = pairs ? (fp8 ? pairs_stage_fn<KvType::e4m3>(s) : pairs_stage_fn<KvType::bf16>(s))
+                        : fp8 ? stage_fn<KvType::e4m3>(s) : stage_fn<KvType::bf16>(s);
   uint64_t total = 0;
   const double c0 = thread_seconds();
   const auto t0 = Clock::now();
@@ -204,7 +280,7 @@ double time_stage(attn_bench::Workload& w, Stage s, bool fp8, int threads, int d
 }
 
 void run_shape(const attn_bench::Shape& s, const Options& o, std::size_t pool, const double* dram, int max_threads) {
-  const bool fp8 = s.kv == attn::KVCacheDType::fp8_e4m3;
+  const bool fp8 = s.kv == attn::KVCacheDType::fp8_e4m3, pairs = s.layout == attn::KVLayout::HND_PAIRS;
   attn_bench::Workload w(s, "cpu_flash", 0, pool);
   std::vector<Stage> stages;
   if (!o.kernel_only) {
@@ -216,13 +292,14 @@ void run_shape(const attn_bench::Shape& s, const Options& o, std::size_t pool, c
   for (int threads : {1, max_threads}) {
     if (o.threads > 0 && threads != o.threads) continue;
     std::vector<std::vector<double>> t(stages.size());
-    for (std::size_t i = 0; i < stages.size(); ++i) time_stage(w, stages[i], fp8, threads, s.head_size, o.pf);  // warm-up
+    for (std::size_t i = 0; i < stages.size(); ++i) time_stage(w, stages[i], fp8, pairs, threads, s.head_size, o.pf);  // warm-up
     for (int rep = 0; rep < o.reps; ++rep)
-      for (std::size_t i = 0; i < stages.size(); ++i) t[i].push_back(time_stage(w, stages[i], fp8, threads, s.head_size, o.pf));
+      for (std::size_t i = 0; i < stages.size(); ++i) t[i].push_back(time_stage(w, stages[i], fp8, pairs, threads, s.head_size, o.pf));
     for (std::size_t i = 0; i < stages.size(); ++i) {
       std::sort(t[i].begin(), t[i].end());
       const double sec = t[i][t[i].size() / 2], gbs = w.kv_bytes() / sec / 1e9;
-      std::printf("%-28s %-6s %2d  %-8s %9.3f ms %7.1f GB/s %6.2f of read\n", s.name.c_str(), fp8 ? "fp8" : "bf16", threads,
+      std::printf("%-28s %-6s %-9s %2d  %-8s %9.3f ms %7.1f GB/s %6.2f of read\n", s.name.c_str(), fp8 ? "fp8" : "bf16",
+                  std::string(attn::to_string(*s.layout)).c_str(), threads,
                   kStageNames[int(stages[i])], sec * 1e3, gbs, gbs / dram[threads == 1 ? 0 : 1]);
     }
     if (max_threads == 1) break;
@@ -294,7 +371,10 @@ int main(int argc, char** argv) try {
         s.batch = b, s.context = o.cache ? o.cache_context : ctx, s.kv = kv, s.block_size = o.block_size;
         s.name = "llama8b_decode_b" + std::to_string(b) + "_ctx" + std::to_string(s.context);
         if (!o.filter.empty() && (s.name + (kv == attn::KVCacheDType::auto_ ? "_bf16" : "_fp8")).find(o.filter) == std::string::npos) continue;
-        shapes.push_back(s);
+        for (attn::KVLayout l : {attn::KVLayout::HND, attn::KVLayout::HND_PAIRS}) {  // side by side
+          s.layout = l;
+          shapes.push_back(s);
+        }
       }
   for (const auto& s : shapes) run_shape(s, o, pool.bytes, dram, max_threads);
   return 0;

@@ -16,7 +16,11 @@ namespace attn {
 /// Token-major (vLLM's default NHD: [blocks][2][block_size][kv_heads][head]) or
 /// head-major (HND: [blocks][2][kv_heads][block_size][head], contiguous rows per head).
 /// MLA: [blocks][block_size][width], K and V share the entry (V = first head_size_v values).
-enum class KVLayout : uint8_t { NHD, HND, MLA };
+/// HND_PAIRS: HND's shape and per-(block, kv head) runs, ordered for dot products along lanes:
+/// K dim-pair-major, K[d/2][t][2] (a 64-byte bf16 line = 16 keys × 2 dims), V key-pair-major,
+/// V[t/2][d][2] (a line = 2 keys × 16 dims); fp8 caches use the same element order. Needs even
+/// head sizes and a block size that is a multiple of 16 (KVCacheSpec::validate).
+enum class KVLayout : uint8_t { NHD, HND, MLA, HND_PAIRS };
 std::string_view to_string(KVLayout l);
 
 /// kv_cache_dtype fp8_ds_mla (DeepSeek V3.2's MLA cache, vLLM's byte layout): one 656-byte
@@ -62,11 +66,14 @@ struct KVCacheSpec {
 };
 
 /// What kernels read: base pointer plus element strides. Scales are 1 for 16-bit caches.
-/// K element (block b, token t, head h, dim d) = base[b*block_stride + t*token_stride + h*head_stride + d];
-/// V element = same + v_offset.
+/// K element (block b, token t, head h, dim d) = base[kv_element_offset(view, b, t, h, d, false)]:
+/// b*block_stride + t*token_stride + h*head_stride + d for NHD / HND / MLA; V adds v_offset.
+/// HND_PAIRS rows are not contiguous (token_stride is the entry width there): address it
+/// through kv_element_offset only.
 struct PagedKV {
   void* base = nullptr;
   DType dtype = DType::bfloat16;
+  KVLayout layout = KVLayout::NHD;
   int32_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_size = 0, head_size_v = 0;
   int64_t block_stride = 0, token_stride = 0, head_stride = 0, v_offset = 0;
   const float* k_scales = nullptr;  // [num_kv_heads] (per-tensor scale replicated)
@@ -75,6 +82,28 @@ struct PagedKV {
   /// unused, each entry carries its own tile scales.
   bool ds_mla = false;
 };
+
+/// The element index of K (is_v = false) or V dim d of token t, kv head h, in block b: the one
+/// way every strided reader and writer addresses the cache.
+inline int64_t kv_element_offset(const PagedKV& v, int64_t b, int64_t t, int64_t h, int64_t d, bool is_v) {
+  const int64_t run = b * v.block_stride + h * v.head_stride + (is_v ? v.v_offset : 0);
+  if (v.layout != KVLayout::HND_PAIRS) return run + t * v.token_stride + d;
+  if (is_v) return run + (t >> 1) * 2 * v.token_stride + 2 * d + (t & 1);  // V[t/2][d][2]
+  return run + (d >> 1) * 2 * int64_t(v.block_size) + 2 * t + (d & 1);     // K[d/2][t][2]
+}
+
+/// Copies the stored bytes of one K or V vector (n elements, its storage dtype) to `dst` as a
+/// contiguous row: row readers serve HND_PAIRS caches through it.
+inline void gather_kv_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, void* dst) {
+  const std::size_t es = dtype_size(v.dtype);
+  const char* base = static_cast<const char*>(v.base);
+  char* out = static_cast<char*>(dst);
+  if (v.layout != KVLayout::HND_PAIRS) {
+    std::memcpy(out, base + kv_element_offset(v, b, t, h, 0, is_v) * int64_t(es), std::size_t(n) * es);
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i) std::memcpy(out + std::size_t(i) * es, base + kv_element_offset(v, b, t, h, i, is_v) * int64_t(es), es);
+}
 
 /// One layer's paged cache: allocated on a device (host memory unless an allocator says else),
 /// viewed through view() by the backends that read that device.

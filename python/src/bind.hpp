@@ -25,6 +25,8 @@ void bind_tune(nb::module_& m);
 DType dtype_from_py(nb::handle h);
 /// None → auto; else a vLLM cache-dtype name.
 KVCacheDType kv_cache_dtype_from_py(nb::handle h);
+/// A cache layout name: NHD, HND, HND_PAIRS or MLA (attn::Error otherwise).
+KVLayout kv_layout_from_name(const std::string& layout);
 /// None → this machine's CPU; else a Platform or a spec such as "cpu:avx2" / "cuda:9.0".
 Platform platform_from_py(nb::handle h);
 /// The Python spelling of a dtype for error messages: str(x.dtype) when it has one, else type name.

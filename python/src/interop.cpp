@@ -81,20 +81,18 @@ KVCache cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t 
   shape += ")";
   for (std::size_t d = 0; d < a.ndim(); ++d)  // the spec holds int32 sizes: a larger extent would wrap
     require(a.shape(d) <= std::numeric_limits<int32_t>::max(), "tensor.shape", shape, "extents below 2^31");
-  if (layout == "NHD" || layout == "HND") {
-    require(a.ndim() == want_ndim && a.shape(1) == 2, "tensor.shape", shape,
-            layout == "NHD" ? "[num_blocks, 2, block_size, num_kv_heads, head_size] for layout='NHD'"
-                            : "[num_blocks, 2, num_kv_heads, block_size, head_size] for layout='HND'");
-    spec.layout = layout == "NHD" ? KVLayout::NHD : KVLayout::HND;
-    spec.block_size = int32_t(a.shape(layout == "NHD" ? 2 : 3));
-    spec.num_kv_heads = int32_t(a.shape(layout == "NHD" ? 3 : 2));
-  } else if (layout == "MLA") {
+  spec.layout = kv_layout_from_name(layout);
+  if (spec.layout == KVLayout::MLA) {
     require(a.ndim() == want_ndim, "tensor.shape", shape, "[num_blocks, block_size, kv_lora_rank + rope] for layout='MLA'");
-    spec.layout = KVLayout::MLA;
     spec.block_size = int32_t(a.shape(1));
     spec.num_kv_heads = 1;
-  } else {
-    throw Error("layout='" + layout + "' invalid: expected one of NHD, HND, MLA");
+  } else {  // HND_PAIRS declares HND's extents (the pair order is inside each run)
+    const bool nhd = spec.layout == KVLayout::NHD;
+    require(a.ndim() == want_ndim && a.shape(1) == 2, "tensor.shape", shape,
+            nhd ? "[num_blocks, 2, block_size, num_kv_heads, head_size] for layout='NHD'"
+                : "[num_blocks, 2, num_kv_heads, block_size, head_size] for layout='" + layout + "'");
+    spec.block_size = int32_t(a.shape(nhd ? 2 : 3));
+    spec.num_kv_heads = int32_t(a.shape(nhd ? 3 : 2));
   }
   spec.num_blocks = int32_t(a.shape(0));
   spec.head_size = int32_t(a.shape(a.ndim() - 1));

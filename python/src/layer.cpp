@@ -73,10 +73,7 @@ KVCacheSpec cache_spec_from_py(int32_t num_blocks, int32_t block_size, int32_t n
   s.kv_cache_dtype = kv_cache_dtype_from_py(kv_cache_dtype);
   // dtype is the storage dtype; left out, it follows kv_cache_dtype (auto → bfloat16, fp8 → fp8_e4m3).
   s.dtype = dtype.is_none() ? kv_storage_dtype(s.kv_cache_dtype, DType::bfloat16) : dtype_from_py(dtype);
-  if (layout == "NHD") s.layout = KVLayout::NHD;
-  else if (layout == "HND") s.layout = KVLayout::HND;
-  else if (layout == "MLA") s.layout = KVLayout::MLA;
-  else throw Error("layout='" + layout + "' invalid: expected one of NHD, HND, MLA");
+  s.layout = kv_layout_from_name(layout);
   return s;
 }
 
@@ -296,7 +293,7 @@ void bind_layer(nb::module_& m) {
                    "The cache storage dtype this layer reads (bfloat16, fp8_e4m3, ...).")
       .def_prop_ro("kv_cache_layout",
                    [](const Attention& a) { return std::string(to_string(layer_cache_spec(a, 1, 0).layout)); },
-                   "The cache layout this layer reads: NHD, HND or MLA.")
+                   "The cache layout this layer reads: NHD, HND, HND_PAIRS or MLA.")
       .def(
           "write_kv",
           [](const Attention& a, nb::handle k, nb::handle v, KVCache& cache, const BatchMetadata& md) {

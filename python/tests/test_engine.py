@@ -56,7 +56,7 @@ def test_engine_owned_cache_is_wrapped_without_copying():
     layer = bf16_layer()
     shape = layer.kv_cache_shape(num_blocks=6)
     bs = layer.block_size
-    assert shape == {"NHD": (6, 2, bs, 2, 64), "HND": (6, 2, 2, bs, 64)}[layer.kv_cache_layout]
+    assert shape == {"NHD": (6, 2, bs, 2, 64), "HND": (6, 2, 2, bs, 64), "HND_PAIRS": (6, 2, 2, bs, 64)}[layer.kv_cache_layout]
     assert layer.kv_cache_dtype == "bfloat16"
     engine = aligned_zeros(shape, ml_dtypes.bfloat16)
     cache = attn.KVCache.from_dlpack(engine, layout=layer.kv_cache_layout)

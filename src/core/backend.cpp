@@ -52,6 +52,22 @@ void AttentionImpl::write_planned_kv(const TensorView& k, const TensorView& v, K
   cache.write_validated(k, v, md);
 }
 
+namespace {
+/// The layout a spec gets when its backend declares `want`. HND_PAIRS orders K and V for bf16
+/// dot products along lanes (kv_cache.hpp). The spec keeps HND (the same per-(block, KV head)
+/// runs, rows inside, which row kernels read) where it cannot hold the pairs (an odd head size or
+/// V width, a block size not a multiple of 16), and where the products are not bf16 ones: q not
+/// bf16, or storage other than bf16 / fp8 (fp8 widens exactly to bf16). Those are row-kernel
+/// caches; engines that bring their own NHD / HND caches are served as before.
+KVLayout fitting_layout(KVLayout want, const KVCacheSpec& s, DType q_dtype) {
+  if (want != KVLayout::HND_PAIRS) return want;
+  const bool sizes = s.head_size % 2 == 0 && s.v_width() % 2 == 0 && s.block_size % 16 == 0;
+  const bool bf16_products = q_dtype == DType::bfloat16 &&
+                             (s.dtype == DType::bfloat16 || s.dtype == DType::fp8_e4m3 || s.dtype == DType::fp8_e5m2);
+  return sizes && bf16_products ? KVLayout::HND_PAIRS : KVLayout::HND;
+}
+}  // namespace
+
 KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const {
   KVCacheSpec s;
   s.num_blocks = num_blocks;
@@ -69,6 +85,7 @@ KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_bl
     s.head_size = cfg.head_size;
     s.head_size_v = cfg.effective_head_size_v();
   }
+  s.layout = fitting_layout(kv_layout, s, cfg.dtype);
   return s;
 }
 

@@ -49,6 +49,20 @@ void store_ds_mla_row(const void* src, DType sd, void* entry) {
   ds_mla::quantize_entry(row, entry);
 }
 
+// One token's K or V vector (n values) into the cache at (block b, token t, head h): one
+// store_row where the layout keeps it contiguous, one per element otherwise (HND_PAIRS).
+int64_t store_vector(const char* src, DType sd, const PagedKV& pv, int64_t b, int64_t t, int32_t h, bool is_v, int32_t n,
+                     float inv_scale) {
+  char* base = static_cast<char*>(pv.base);
+  const int64_t es = int64_t(dtype_size(pv.dtype)), ss = int64_t(dtype_size(sd));
+  if (pv.layout != KVLayout::HND_PAIRS)
+    return store_row(src, sd, base + kv_element_offset(pv, b, t, h, 0, is_v) * es, pv.dtype, n, inv_scale);
+  int64_t saturated = 0;
+  for (int32_t i = 0; i < n; ++i)
+    saturated += store_row(src + i * ss, sd, base + kv_element_offset(pv, b, t, h, i, is_v) * es, pv.dtype, 1, inv_scale);
+  return saturated;
+}
+
 }  // namespace
 
 namespace ds_mla {
@@ -90,6 +104,7 @@ std::string_view to_string(KVLayout l) {
     case KVLayout::NHD: return "NHD";
     case KVLayout::HND: return "HND";
     case KVLayout::MLA: return "MLA";
+    case KVLayout::HND_PAIRS: return "HND_PAIRS";
   }
   return "?";
 }
@@ -98,7 +113,8 @@ std::vector<int64_t> KVCacheSpec::shape() const {
   const int64_t w = entry_width(*this);
   switch (layout) {
     case KVLayout::NHD: return {num_blocks, 2, block_size, num_kv_heads, w};
-    case KVLayout::HND: return {num_blocks, 2, num_kv_heads, block_size, w};
+    case KVLayout::HND:
+    case KVLayout::HND_PAIRS: return {num_blocks, 2, num_kv_heads, block_size, w};  // pairs: same extent, inner order differs
     case KVLayout::MLA: return {num_blocks, block_size, w};
   }
   return {};
@@ -130,6 +146,11 @@ void KVCacheSpec::validate() const {
     require(head_size == ds_mla::kRank + ds_mla::kRope, "head_size", head_size, std::to_string(ds_mla::kRank + ds_mla::kRope) + what);
     require(v_width() == ds_mla::kRank, "head_size_v", head_size_v, std::to_string(ds_mla::kRank) + what);
     require(dtype == DType::fp8_e4m3, "cache dtype", attn::to_string(dtype), "fp8_e4m3 (one element per entry byte)" + what);
+  }
+  if (layout == KVLayout::HND_PAIRS) {  // K lines pair dims, V lines pair keys, 16 keys per line
+    require(head_size % 2 == 0, "head_size", head_size, "an even head size for the HND_PAIRS layout");
+    require(v_width() % 2 == 0, "head_size_v", v_width(), "an even V width for the HND_PAIRS layout");
+    require(block_size % 16 == 0, "block_size", block_size, "a multiple of 16 for the HND_PAIRS layout");
   }
 }
 
@@ -200,6 +221,7 @@ PagedKV KVCache::view() const {
   PagedKV v;
   v.base = data();
   v.dtype = spec_.dtype;
+  v.layout = spec_.layout;
   v.num_blocks = spec_.num_blocks;
   v.block_size = spec_.block_size;
   v.num_kv_heads = spec_.num_kv_heads;
@@ -211,6 +233,7 @@ PagedKV KVCache::view() const {
       v.head_stride = w; v.token_stride = h * w; v.v_offset = bs * h * w; v.block_stride = 2 * bs * h * w;
       break;
     case KVLayout::HND:
+    case KVLayout::HND_PAIRS:  // same runs; inside them kv_element_offset orders the pairs
       v.token_stride = w; v.head_stride = bs * w; v.v_offset = h * bs * w; v.block_stride = 2 * bs * h * w;
       break;
     case KVLayout::MLA:
@@ -275,7 +298,6 @@ void KVCache::store(const TensorView& k, const TensorView& v, const BatchMetadat
   const bool mla = spec_.layout == KVLayout::MLA;
   const int64_t n = md.num_tokens;
   const PagedKV pv = view();
-  const std::size_t es = dtype_size(spec_.dtype);
   char* base = static_cast<char*>(pv.base);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t slot = md.slot_mapping[std::size_t(t)];
@@ -287,13 +309,11 @@ void KVCache::store(const TensorView& k, const TensorView& v, const BatchMetadat
       continue;
     }
     for (int32_t h = 0; h < spec_.num_kv_heads; ++h) {
-      const int64_t e = blk * pv.block_stride + off * pv.token_stride + h * pv.head_stride;
       const char* ks = static_cast<const char*>(k.data) + (t * k.strides[0] + h * k.strides[1]) * int64_t(dtype_size(k.dtype));
-      saturated_ += store_row(ks, k.dtype, base + e * int64_t(es), spec_.dtype, spec_.head_size, 1.0f / k_scales_[std::size_t(h)]);
+      saturated_ += store_vector(ks, k.dtype, pv, blk, off, h, false, spec_.head_size, 1.0f / k_scales_[std::size_t(h)]);
       if (mla) continue;
       const char* vs = static_cast<const char*>(v.data) + (t * v.strides[0] + h * v.strides[1]) * int64_t(dtype_size(v.dtype));
-      saturated_ += store_row(vs, v.dtype, base + (e + pv.v_offset) * int64_t(es), spec_.dtype, spec_.v_width(),
-                              1.0f / v_scales_[std::size_t(h)]);
+      saturated_ += store_vector(vs, v.dtype, pv, blk, off, h, true, spec_.v_width(), 1.0f / v_scales_[std::size_t(h)]);
     }
   }
 }

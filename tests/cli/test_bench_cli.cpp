@@ -53,6 +53,17 @@ TEST(BenchCli, CsvToADirectoryIsAnErrorNamingThePath) {
   EXPECT_NE(missing.err.find("/no/such/dir/figures.csv"), std::string::npos) << missing.err;
 }
 
+TEST(BenchCli, KvLayoutRunsTheShapesOnHndRowsAndRefusesOthers) {
+  // --kv-layout HND: the attention shapes on row caches, for side-by-side runs with the default.
+  const BenchRun r = bench("--quick --json --filter llama8b_decode_b1_ctx4096_bf16 --kv-layout HND");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_GT(j.value("llama8b_decode_b1_ctx4096_bf16.ms", 0.0), 0.0) << r.out;
+  const BenchRun bad = bench("--quick --filter no_such_shape --kv-layout MLA");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE((bad.out + bad.err).find("--kv-layout"), std::string::npos) << bad.out << bad.err;
+}
+
 TEST(BenchCli, HelpDescribesTheShapes) {
   const BenchRun r = bench("--help");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -51,9 +51,9 @@ void poke_cache(KVCache& cache, const BatchMetadata& md, int s, int t, Part part
   const PagedKV kv = cache.view();
   const int width = part == Part::k ? kv.head_size : kv.head_size_v;
   for (int h = 0; h < kv.num_kv_heads; ++h) {
-    const int64_t e = int64_t(md.blocks(s)[t / kv.block_size]) * kv.block_stride + (t % kv.block_size) * kv.token_stride +
-                      int64_t(h) * kv.head_stride + (part == Part::v ? kv.v_offset : 0);
-    for (int x = 0; x < width; ++x) store_from_float(kv.base, kv.dtype, e + x, float(value));
+    const int64_t b = md.blocks(s)[t / kv.block_size];
+    for (int x = 0; x < width; ++x)
+      store_from_float(kv.base, kv.dtype, kv_element_offset(kv, b, t % kv.block_size, h, x, part == Part::v), float(value));
   }
 }
 

@@ -25,7 +25,7 @@ std::string CaseSpec::describe() const {
   std::ostringstream os;
   os << "seed=" << seed << " (rerun with ATTN_TEST_SEED=" << seed << ") block_size=" << block_size << " seqs=[";
   for (std::size_t i = 0; i < seqs.size(); ++i) os << (i ? " " : "") << seqs[i].context_len << "+" << seqs[i].query_len;
-  os << "] permute=" << permute_blocks << " alias=" << alias_prefix << " planted=" << plant_keys << " " << config.to_string();
+  os << "]" << (layout ? " layout=" + std::string(to_string(*layout)) : std::string()) << " permute=" << permute_blocks << " alias=" << alias_prefix << " planted=" << plant_keys << " " << config.to_string();
   return os.str();
 }
 
@@ -135,6 +135,7 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
 
   KVCacheSpec cs = desc->cache_spec(cfg, total_blocks, bs);
   cs.per_head_scales = spec.per_head_scales;
+  if (spec.layout) cs.layout = *spec.layout;
   c.cache = std::make_unique<KVCache>(cs);
   const bool fp8 = cs.dtype == DType::fp8_e4m3 || cs.dtype == DType::fp8_e5m2;
   if (fp8) {

@@ -47,6 +47,9 @@ struct CaseSpec {
   // scoring ~10-12 against ~±1 for the others. Outputs are then dominated by a few keys, are
   // O(1) even at long contexts, and a dropped key, split or rescale changes them visibly.
   bool plant_keys = true;
+  // The cache layout, in place of the backend's (a backend serving several layouts is checked
+  // on each); unset: BackendDescriptor::cache_spec's.
+  std::optional<KVLayout> layout;
   std::string describe() const; // one line with the seed, for failure messages
 };
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "attn/backend.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/limits.hpp"
 #include "attn/numeric.hpp"
@@ -40,6 +41,48 @@ TEST(KVCacheSpecShape, DeclaredShapesPerLayout) {
   s.num_kv_heads = 1;
   EXPECT_EQ(s.shape(), (std::vector<int64_t>{4, 4, 8}));
   EXPECT_NE(s.to_string().find("MLA [4, 4, 8] float32"), std::string::npos) << s.to_string();
+}
+
+TEST(KVCacheSpecShape, PairLayoutDeclaresHndExtent) {
+  KVCacheSpec s = small_spec(DType::bfloat16, KVLayout::HND_PAIRS);
+  s.block_size = 16;
+  EXPECT_EQ(s.shape(), (std::vector<int64_t>{4, 2, 2, 16, 8}));
+  EXPECT_EQ(to_string(KVLayout::HND_PAIRS), "HND_PAIRS");
+  EXPECT_NE(s.to_string().find("HND_PAIRS [4, 2, 2, 16, 8] bfloat16"), std::string::npos) << s.to_string();
+}
+
+TEST(KVCacheSpecShape, PairLayoutFallsBackToHndWhereItDoesNotFit) {
+  // BackendDescriptor::cache_spec: a backend declaring HND_PAIRS gets it for bf16 products on
+  // even head sizes and blocks of 16s, HND rows otherwise.
+  BackendDescriptor d;
+  d.kv_layout = KVLayout::HND_PAIRS;
+  LayerConfig c;
+  c.num_heads = 8, c.num_kv_heads = 2, c.head_size = 128, c.dtype = DType::bfloat16;
+  EXPECT_EQ(d.cache_spec(c, 4, 64).layout, KVLayout::HND_PAIRS);
+  EXPECT_EQ(d.cache_spec(c, 4, 24).layout, KVLayout::HND);
+  c.kv_cache_dtype = KVCacheDType::fp8_e5m2;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND_PAIRS);
+  c.kv_cache_dtype = KVCacheDType::float16;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+  c.kv_cache_dtype = KVCacheDType::auto_, c.head_size = 63;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+  c.head_size = 128, c.dtype = DType::float32;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+}
+
+TEST(KVCacheConstruction, PairLayoutNeedsBlocksOfSixteen) {
+  KVCacheSpec s = small_spec(DType::bfloat16, KVLayout::HND_PAIRS);
+  s.block_size = 24;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"block_size=24", "multiple of 16", "HND_PAIRS"}));
+}
+
+TEST(KVCacheConstruction, PairLayoutNeedsEvenHeadSizes) {
+  KVCacheSpec s = small_spec(DType::bfloat16, KVLayout::HND_PAIRS);
+  s.block_size = 16;
+  s.head_size = 7;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size=7", "even", "HND_PAIRS"}));
+  s.head_size = 8, s.head_size_v = 5;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"head_size_v=5", "even", "HND_PAIRS"}));
 }
 
 TEST(KVCacheConstruction, ZeroBlocks) {
@@ -244,6 +287,45 @@ TEST_F(KVWrite, LandsInTheSlotsOfTheSlotMappingHND) {
   EXPECT_EQ(p.head_stride, 4 * 8);
   const float* base = static_cast<const float*>(p.base);
   EXPECT_EQ(base[2 * p.block_stride + 1 * p.head_stride + 2 * p.token_stride + 5], 100.0f * 2 + 10 + 5);
+}
+
+TEST_F(KVWrite, LandsInPairOrderHndPairs) {
+  // K[d/2][t][2] and V[t/2][d][2] inside each (block, KV head) run; rows read back by gather.
+  spec.layout = KVLayout::HND_PAIRS;
+  spec.block_size = 16;
+  make(19);  // block 2 full, 3 tokens in block 0
+  for (DType dt : {DType::float32, DType::bfloat16, DType::fp8_e4m3}) {
+    SCOPED_TRACE(std::string(to_string(dt)));
+    spec.dtype = dt;
+    KVCache c(spec);
+    c.fill(std::nanf(""));
+    c.write(kv(), vv(), md);
+    const PagedKV p = c.view();
+    EXPECT_EQ(p.layout, KVLayout::HND_PAIRS);
+    const int64_t w = 8, run = 16 * w;  // entry width, elements of one (block, head) K or V run
+    auto at = [&](int64_t e) { return load_as_float(p.base, dt, e); };
+    auto exact = [&](float x) {  // what the storage dtype holds of x (write stores the same way)
+      uint32_t cell = 0;
+      store_from_float(&cell, dt, 0, x);
+      return load_as_float(&cell, dt, 0);
+    };
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t blk = t < 16 ? 2 : 0, bt = t % 16;
+        const int64_t k_run = blk * p.block_stride + h * run, v_run = k_run + 2 * run;
+        for (int d = 0; d < 8; ++d) EXPECT_EQ(at(k_run + (d / 2) * 32 + bt * 2 + d % 2), exact(float(100 * t + 10 * h + d))) << t << h << d;
+        for (int d = 0; d < 6; ++d) EXPECT_EQ(at(v_run + (bt / 2) * 2 * w + 2 * d + bt % 2), exact(-float(100 * t + 10 * h + d))) << t << h << d;
+        std::vector<float> row(8);
+        std::vector<char> raw(8 * dtype_size(dt));
+        gather_kv_vector(p, blk, bt, h, false, 8, raw.data());
+        for (int d = 0; d < 8; ++d) EXPECT_EQ(load_as_float(raw.data(), dt, d), exact(float(100 * t + 10 * h + d)));
+        gather_kv_vector(p, blk, bt, h, true, 6, raw.data());
+        for (int d = 0; d < 6; ++d) EXPECT_EQ(load_as_float(raw.data(), dt, d), exact(-float(100 * t + 10 * h + d)));
+      }
+    // Blocks 1 and 3 untouched.
+    for (int b : {1, 3})
+      for (int64_t i = 0; i < p.block_stride; ++i) ASSERT_TRUE(std::isnan(at(b * p.block_stride + i))) << b << " " << i;
+  }
 }
 
 TEST_F(KVWrite, NegativeSlotsAreSkipped) {

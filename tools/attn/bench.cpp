@@ -88,8 +88,9 @@ int run_bench(const BenchOptions& o) {
   log("measuring ceilings...\n");
   BenchResults res;
   res.ceilings = measure_ceilings(threads, o.quick);
-  for (const Shape& s : bench_shapes(o.quick)) {
+  for (Shape s : bench_shapes(o.quick)) {
     if (!o.filter.empty() && s.name.find(o.filter) == std::string::npos) continue;
+    if (o.kv_layout == "HND") s.layout = attn::KVLayout::HND;  // the row layout, for side-by-side runs
     log("  " + s.name + " ...");
     res.rows.push_back(measure_shape(s, res.ceilings, o.quick));
     log(std::string(" ") + std::to_string(res.rows.back().ms) + " ms\n");

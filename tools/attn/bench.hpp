@@ -11,6 +11,7 @@ struct BenchOptions {
   bool quick = false;         // short sizes / few repeats (CI smoke)
   int threads = 0;            // 0 = all cores
   std::string csv_path;       // also write CSV here when set
+  std::string kv_layout;      // cache layout of the attention shapes ("" = cpu_flash's cache_spec)
 };
 
 /// Runs the benchmark; returns the process exit code.

@@ -47,7 +47,9 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   // one round of calls reads the whole pool.
   const int instances = pool_bytes == 0 ? 1 : std::max(2, int(std::ceil(double(pool_bytes) / read_bytes)));
   const int filler = instances * read_blocks * s.batch, num_blocks = filler + 1;
-  cache_ = std::make_unique<KVCache>(desc->cache_spec(cfg, num_blocks, bs));
+  KVCacheSpec spec = desc->cache_spec(cfg, num_blocks, bs);
+  if (s.layout) spec.layout = *s.layout;
+  cache_ = std::make_unique<KVCache>(spec);
   // First touch from every thread, in chunks: blocks are read in shuffled order by whichever
   // thread takes the item, so pages spread over the nodes are what a serving process sees.
   auto* bytes = static_cast<unsigned char*>(cache_->data());

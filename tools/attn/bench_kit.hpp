@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,7 @@ struct Shape {
   int window = 0;
   bool sinks = false;
   int block_size = 0;  // 0: the backend's preferred block size
+  std::optional<attn::KVLayout> layout;  // unset: the layout the backend's cache_spec gives
 };
 
 /// A prepared step for one backend: enough disjoint copies ("instances") of the batch in one

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   cmd_bench->add_flag("--quick", bench.quick, "short sizes, few repeats");
   cmd_bench->add_option("--threads", bench.threads, "threads (0 = all cores)");
   cmd_bench->add_option("--csv", bench.csv_path, "also write CSV here");
+  cmd_bench->add_option("--kv-layout", bench.kv_layout, "HND: attention shapes on HND row caches instead of cpu_flash's own layout")
+      ->check(CLI::IsMember({"HND"}));
 
   attn_cli::TuneOptions tune;
   auto* cmd_tune = app.add_subcommand("tune", "time every valid backend, kernel variant and block size of a model's layers here; the selector then prefers the fastest");

@@ -53,7 +53,7 @@ class CpuFlashImpl final : public AttentionImpl {
 
   std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& spec) const override {
     check_plan_args(params_, md, spec);
-    ATTN_REQUIRE(spec.layout != KVLayout::MLA, "cache.layout", to_string(spec.layout), "NHD or HND (cpu_flash)");
+    ATTN_REQUIRE(spec.layout != KVLayout::MLA, "cache.layout", to_string(spec.layout), "NHD, HND or HND_PAIRS (cpu_flash)");
     KernelArgs shape = args_for(spec);
     shape.causal = md.causal;
     Plan items = make_plan(md, PlanShape{shape.group, shape.num_kv_heads, shape.head_size_v, shape.window, shape.causal,
@@ -82,7 +82,7 @@ class CpuFlashImpl final : public AttentionImpl {
     float* partials = reinterpret_cast<float*>(ws);
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
-    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size);
+    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout);
     const int threads = params_.num_threads > 0 ? params_.num_threads : omp_get_max_threads();
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
@@ -153,8 +153,10 @@ BackendDescriptor cpu_flash_descriptor() {
   c.batch_invariance = true;
   c.attn_types = {AttnType::decoder, AttnType::encoder, AttnType::encoder_only, AttnType::encoder_decoder};
   d.priority = 10;
-  // Head-major blocks: each (block, KV head) is one contiguous run of K rows and one of V rows.
-  d.kv_layout = KVLayout::HND;
+  // Head-major blocks, each (block, KV head) one contiguous run of K and one of V, ordered in
+  // pairs for the bf16 dot products (BackendDescriptor::cache_spec keeps HND rows where the
+  // pair order does not fit). NHD and HND caches an engine brings are served as well.
+  d.kv_layout = KVLayout::HND_PAIRS;
   d.preferred_block_size = 64;
   d.variant = [](const Platform& p) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
   d.variants = cpu_flash::isa_variants;

@@ -17,4 +17,6 @@ ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
   return nullptr;
 }
 
+ItemFn decode_kernel_avx512_pairs() { return &avx512_decode::run_item<KvType::bf16, true, true>; }
+
 }  // namespace attn::cpu_flash

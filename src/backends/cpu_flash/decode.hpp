@@ -18,6 +18,10 @@ constexpr bool decode_head_size(int d) { return d % 32 == 0 && d <= kMaxHeadSize
 ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot);
 /// AVX-512 BF16 + VBMI decode kernel for e4m3 caches and bf16 q; head sizes multiple of 64.
 ItemFn decode_kernel_avx512_e4m3_dot();
+/// AVX-512 BF16 decode kernel for HND_PAIRS caches: bf16 q and cache.
+ItemFn decode_kernel_avx512_pairs();
+/// AVX-512 BF16 + VBMI decode kernel for HND_PAIRS fp8 caches (e4m3, e5m2) and bf16 q.
+ItemFn decode_kernel_avx512_fp8_pairs(KvType kv);
 #endif
 
 }  // namespace attn::cpu_flash

@@ -18,6 +18,10 @@
 //    4-row tile (GQA ≥ 4) the widened vectors go straight into the dot products in the order the
 //    lookups give (q stored in that order, the output undone at the end): 3–5 % faster than a
 //    round trip through a bf16 scratch row (docs/decode-model.md), which smaller tiles keep;
+//  - HND_PAIRS caches (Pairs: bf16, and fp8 on VBMI builds) skip the reduction and the unpacks:
+//    K lines hold 16 keys × 2 dims, so Q·Kᵀ accumulates scores in lanes against broadcast q
+//    pairs, and V lines hold 2 keys × 16 dims, the P·V operand as stored (qk_pairs, pv_pairs;
+//    docs/decode-model.md measures both layouts);
 //  - no heap: the per-thread scratch is fixed-size (rows ≤ 16, head size ≤ 256);
 //  - masked keys contribute exactly nothing: their scores are -inf, and on chunks where some
 //    row's visible keys are an interval inside the chunk, P·V skips the others (0·NaN = NaN).
@@ -109,13 +113,28 @@ constexpr E4m3Table make_e4m3_table() {
   return t;
 }
 alignas(64) inline constexpr E4m3Table kE4m3Table = make_e4m3_table();
+/// bf16 bits of e5m2 magnitude em (exact, no rebias: e5m2 has bf16's range and fewer mantissa
+/// bits): normal (1 + M/4)·2^(E-15), subnormal M·2^-16, E = 31 infinity or NaN.
+constexpr uint16_t e5m2_bf16_bits(int em) {
+  const int e = em >> 2, m = em & 3;
+  if (e == 31) return m == 0 ? 0x7f80 : 0x7fc0;
+  if (e > 0) return uint16_t(((e + 112) << 7) | (m << 5));
+  return m == 0 ? 0 : m == 1 ? uint16_t(111 << 7) : m == 2 ? uint16_t(112 << 7) : uint16_t((112 << 7) | (1 << 6));
+}
+constexpr E4m3Table make_e5m2_table() {
+  E4m3Table t{};
+  for (int em = 0; em < 128; ++em) t.lo[em] = uint8_t(e5m2_bf16_bits(em) & 0xff), t.hi[em] = uint8_t(e5m2_bf16_bits(em) >> 8);
+  return t;
+}
+alignas(64) inline constexpr E4m3Table kE5m2Table = make_e5m2_table();
 
-/// The four 64-byte table vectors vpermi2b reads, loaded once per chunk.
+/// The four 64-byte table vectors vpermi2b reads (e4m3's, or another fp8 format's), loaded once
+/// per chunk.
 struct E4m3Lut {
   __m512i lo0, lo1, hi0, hi1;
-  E4m3Lut()
-      : lo0(_mm512_load_si512(kE4m3Table.lo)), lo1(_mm512_load_si512(kE4m3Table.lo + 64)),
-        hi0(_mm512_load_si512(kE4m3Table.hi)), hi1(_mm512_load_si512(kE4m3Table.hi + 64)) {}
+  explicit E4m3Lut(const E4m3Table& t = kE4m3Table)
+      : lo0(_mm512_load_si512(t.lo)), lo1(_mm512_load_si512(t.lo + 64)), hi0(_mm512_load_si512(t.hi)),
+        hi1(_mm512_load_si512(t.hi + 64)) {}
 };
 
 /// 64 e4m3 bytes (x) as 64 bf16 in lane order (see e4m3_lane_elem): two lookups, the sign, two
@@ -372,17 +391,147 @@ inline void pv_chunk(Scratch& sc, int rp, const char* v0, int64_t vstride, int n
 }
 
 
+// ---- HND_PAIRS caches (bf16 q and cache): dot products along lanes, no reduction tree ----
+// Chunks start at multiples of 16 keys (whole K lines; block sizes are multiples of 16) and hold
+// 16 or 32 keys of one block; keys of a chunk outside the item's range are masked like causal
+// ones. K of a chunk: per dim pair NL lines of 16 keys × 2 dims, kpair bytes apart. V: per key
+// pair one row of d dims × 2 keys, vpair bytes apart.
+
+/// Two adjacent bf16 values (a q pair, a P pair) broadcast to every dword: the dot operand that
+/// folds into vdpbf16ps as a broadcast memory operand.
+inline __m512bh bcast_pair(const uint16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+/// Where a chunk of a pair-ordered run starts and how many keys (16 or 32) it holds.
+struct PairChunk {
+  const char* k = nullptr;
+  const char* v = nullptr;
+  int n = 0;
+};
+
+/// The chunk at key c (a multiple of 16) of a range ending at `end`, in the (block, KV head) run
+/// whose K starts at run_k (V v_off bytes further): 32 keys, fewer at the block's or the range's
+/// end (rounded up to whole K lines).
+inline PairChunk pair_chunk_at(const char* run_k, int64_t v_off, int64_t vpair, int32_t c, int32_t end, int bs, int64_t eb) {
+  const int32_t off = c % bs;
+  const int n = std::min<int32_t>({kChunk, bs - off, (end - c + 15) / 16 * 16});
+  return {run_k + int64_t(off) * 2 * eb, run_k + v_off + int64_t(off / 2) * vpair, n};
+}
+
+/// A pair line's bytes of the chunk as bf16 operand vectors: one vector per 16 keys (K) or per
+/// 16 dims (V). bf16: NL lines as they are; fp8 (VBMI builds): one 64-byte line (or its first 32
+/// bytes for NL = 1) widened exactly by the byte tables, natural order.
+template <KvType T, int NL>
+inline void pair_lines(const char* p, __m512i* out) {
+  if constexpr (T == KvType::bf16) {
+    for (int l = 0; l < NL; ++l) out[l] = _mm512_loadu_si512(p + 64 * l);
+  } else {
+#if ATTN_CF_VBMI
+    static_assert(NL <= 2);
+    const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : kE5m2Table);
+    __m512i a0, a1;
+    const __m512i raw = NL == 2 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(0xffffffffu, p);
+    e4m3x64_bf16_lanes(t, _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), raw), a0, a1);
+    out[0] = a0;
+    if constexpr (NL == 2) out[1] = a1;
+#endif
+  }
+}
+
+/// Scores of rows [r0, r0 + RB) against the chunk's NL·16 keys: per dim pair the keys' K values
+/// (pair_lines), vdpbf16ps with the row's q pair broadcast (scores accumulate in lanes). Short
+/// tiles keep two accumulator chains (even and odd pairs) so the products do not wait on each
+/// other. While at it, one dim pair's share of the next chunk (nx) goes to L2: its K bytes of
+/// that pair and as many V bytes, which spreads the whole next chunk over the loop.
+template <KvType T, int RB, int NL>
+inline void qk_pairs(Scratch& sc, int r0, const char* k, int64_t kpair, int d, const PairChunk& nx, int64_t nx_kpair) {
+  constexpr int NA = RB < 4 ? 2 : 1;
+  constexpr int64_t eb = kv_bytes<T>();
+  __m512 acc[NA][RB][NL];
+  for (auto& x : acc)
+    for (auto& y : x)
+      for (auto& z : y) z = _mm512_setzero_ps();
+  const int64_t nx_bytes = int64_t(nx.n) * 2 * eb;  // K bytes of one dim pair = V bytes per dim pair
+  for (int dp = 0; dp < d / 2; dp += NA)
+    for (int c = 0; c < NA; ++c) {
+      for (int64_t off = 0; off < nx_bytes; off += 64)
+        _mm_prefetch(nx.k + int64_t(dp + c) * nx_kpair + off, _MM_HINT_T1), _mm_prefetch(nx.v + int64_t(dp + c) * nx_bytes + off, _MM_HINT_T1);
+      __m512i kv[NL];
+      pair_lines<T, NL>(k + int64_t(dp + c) * kpair, kv);
+      for (int i = 0; i < RB; ++i) {
+        const __m512bh q = bcast_pair(&sc.qb[r0 + i][2 * (dp + c)]);
+        for (int l = 0; l < NL; ++l) acc[c][i][l] = _mm512_dpbf16_ps(acc[c][i][l], q, (__m512bh)kv[l]);
+      }
+    }
+  for (int i = 0; i < RB; ++i)
+    for (int l = 0; l < NL; ++l) _mm512_store_ps(&sc.s[r0 + i][16 * l], NA == 2 ? _mm512_add_ps(acc[0][i][l], acc[NA - 1][i][l]) : acc[0][i][l]);
+}
+
+/// O[RB rows, dims x0 .. x0 + 16·NC) = O·alpha + P·V over the chunk's key pairs: one V line
+/// (2 keys × 16 dims) per vdpbf16ps against the row's broadcast P pair (P in natural dim order).
+/// Guard: a row sees only [vlo, vhi) of the chunk; a pair it half sees has the other key's values
+/// zeroed (0·NaN would be NaN), a pair it does not see is skipped.
+template <KvType T, int RB, int NC, bool Guard>
+inline void pv_pairs_tile(Scratch& sc, int r0, const char* v, int64_t vpair, int npairs, int x0) {
+  constexpr int LB = T == KvType::bf16 ? 1 : 2;  // bf16 vectors per 64-byte line
+  __m512 acc[RB][NC];
+  for (int i = 0; i < RB; ++i) {
+    const __m512 al = _mm512_set1_ps(sc.alpha[r0 + i]);
+    for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), al);
+  }
+  const char* row = v + int64_t(x0) * 2 * kv_bytes<T>();
+  for (int p = 0; p < npairs; ++p, row += vpair) {
+    __m512i vv[NC];
+    for (int j = 0; j < NC; j += LB) pair_lines<T, LB>(row + 64 * (j / LB), vv + j);
+    for (int i = 0; i < RB; ++i) {
+      const __m512bh pp = bcast_pair(&sc.pb[r0 + i][2 * p]);
+      if constexpr (Guard) {
+        const int t = 2 * p, lo = sc.vlo[r0 + i], hi = sc.vhi[r0 + i];
+        const bool a = t >= lo && t < hi, b = t + 1 >= lo && t + 1 < hi;
+        if (!a && !b) continue;
+        if (!(a && b)) {  // keep the visible key's half of each dword: even halves are key t
+          const __mmask32 keep = a ? 0x55555555u : 0xAAAAAAAAu;
+          for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], pp, (__m512bh)_mm512_maskz_mov_epi16(keep, vv[j]));
+          continue;
+        }
+      }
+      for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], pp, (__m512bh)vv[j]);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < NC; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], acc[i][j]);
+}
+
+template <KvType T, int RB, bool Guard>
+inline void pv_pairs(Scratch& sc, int rp, const char* v, int64_t vpair, int npairs, int d) {
+  // RB·NC ≤ 16 accumulators, the V lines of a step beside them.
+  constexpr int NC = RB == 4 ? 4 : 8;
+  for (int r0 = 0; r0 < rp; r0 += RB) {
+    int x = 0;
+    for (; x + 16 * NC <= d; x += 16 * NC) pv_pairs_tile<T, RB, NC, Guard>(sc, r0, v, vpair, npairs, x);
+    for (; x < d; x += 32) pv_pairs_tile<T, RB, 2, Guard>(sc, r0, v, vpair, npairs, x);
+  }
+}
+
+
 inline void prefetch_l2(const char* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
 
-template <KvType T, bool Bf16Dot, int RB>
+/// Pairs: the cache is HND_PAIRS (T = bf16 with Bf16Dot; qk_pairs / pv_pairs, P·V in natural
+/// dim order); otherwise rows (HND / NHD).
+template <KvType T, bool Bf16Dot, int RB, bool Pairs = false>
 void run(const KernelArgs& a, const WorkItem& it, float* partials) {
+  static_assert(!Pairs || (Bf16Dot && (T == KvType::bf16 || (ATTN_CF_VBMI && (T == KvType::e4m3 || T == KvType::e5m2)))),
+                "the pair kernel reads bf16 caches (and fp8 ones on VBMI builds) with bf16 q");
   constexpr int KB = 16 / RB;
-  // e4m3 with dot products (VBMI builds only): 4-row tiles widen K and V in registers (fused,
-  // below); smaller tiles convert each chunk to bf16 rows in scratch and then run exactly as a
-  // bf16 cache does (TK is the type the products see).
-  constexpr bool Fp8Dot = Bf16Dot && T == KvType::e4m3;
+  // e4m3 rows with dot products (VBMI builds only): 4-row tiles widen K and V in registers
+  // (fused, below); smaller tiles convert each chunk to bf16 rows in scratch and then run exactly
+  // as a bf16 cache does (TK is the type the products see). Pair caches widen in pair_lines.
+  constexpr bool Fp8Dot = Bf16Dot && T == KvType::e4m3 && !Pairs;
   static_assert(!Fp8Dot || ATTN_CF_VBMI, "e4m3 dot products need the VBMI table lookups");
   constexpr KvType TK = Fp8Dot ? KvType::bf16 : T;
   thread_local Scratch sc;
@@ -404,7 +553,20 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     const char* k = k_row(c);
     for (int j = j0; j < std::min(j1, n); ++j) prefetch_l2(k + j * tstride, row_bytes), prefetch_l2(k + j * tstride + v_off, row_bytes);
   };
-  prefetch_chunk(it.kv_begin, 0, kChunk);
+  // HND_PAIRS: K dim pairs 2·bs elements apart, V key pairs 2·w (w = token_stride, the width).
+  const int64_t kpair = 2 * int64_t(bs) * eb, vpair = 2 * a.kv.token_stride * eb;
+  auto pair_chunk = [&](int32_t c) -> PairChunk {
+    if (c >= it.kv_end) return {};
+    const char* run_k = base + (int64_t(bt[c / bs]) * a.kv.block_stride + int64_t(h) * a.kv.head_stride) * eb;
+    return pair_chunk_at(run_k, v_off, vpair, c, it.kv_end, bs, eb);
+  };
+  if constexpr (Pairs) {
+    const PairChunk f = pair_chunk(it.kv_begin - it.kv_begin % 16);
+    for (int dp = 0; dp < d / 2; ++dp) prefetch_l2(f.k + dp * kpair, f.n * 2 * eb);
+    prefetch_l2(f.v, int64_t(f.n / 2) * vpair);
+  } else {
+    prefetch_chunk(it.kv_begin, 0, kChunk);
+  }
   // e4m3 with a 4-row tile: K and V are widened in registers straight into the dot operands
   // (no scratch round trip); the tile's registers leave room for that at 4 rows only.
   constexpr bool fused = Fp8Dot && RB == 4;
@@ -438,9 +600,10 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   const float sscale = a.scale * a.kv.k_scales[h] * (T == KvType::e4m3 ? kE4m3Rebias : 1.0f);
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
-  for (int32_t c = it.kv_begin; c < it.kv_end;) {
-    const int n = chunk_len(c);
-    const char* k0 = k_row(c);
+  for (int32_t c = Pairs ? it.kv_begin - it.kv_begin % 16 : it.kv_begin; c < it.kv_end;) {
+    const PairChunk pc = Pairs ? pair_chunk(c) : PairChunk{};
+    const int n = Pairs ? pc.n : chunk_len(c);
+    const char* k0 = Pairs ? pc.k : k_row(c);
     const char* kp[kChunk + 16];
     const char* kq = k0;  // the rows the products read
     int64_t kqs = tstride;
@@ -453,6 +616,15 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int j = 0; j < kChunk + 16; ++j) kp[j] = kq + std::min(j, n - 1) * kqs;  // padding repeats a real row
     const int32_t next = c + n;
 
+    if constexpr (Pairs) {
+      const PairChunk nx = pair_chunk(next), none{};
+      for (int r0 = 0; r0 < rp; r0 += RB) {
+        if (n > 16)
+          qk_pairs<T, RB, 2>(sc, r0, k0, kpair, d, r0 == 0 ? nx : none, kpair);
+        else
+          qk_pairs<T, RB, 1>(sc, r0, k0, kpair, d, r0 == 0 ? nx : none, kpair);
+      }
+    } else
     for (int r0 = 0; r0 < rp; r0 += RB)
       for (int j0 = 0; j0 < n; j0 += KB) {
         if (r0 == 0) prefetch_chunk(next, j0, j0 + KB);
@@ -473,6 +645,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       int vlo = 0, vhi = n;
       if (a.causal) vhi = std::clamp(pos + 1 - c, 0, n);
       if (a.window > 0) vlo = std::clamp(pos - a.window + 1 - c, 0, n);
+      vlo = std::max(vlo, it.kv_begin - c), vhi = std::min(vhi, it.kv_end - c);  // pair chunks start aligned
       if (vhi < vlo) vhi = vlo;
       sc.vlo[r] = vlo, sc.vhi[r] = vhi;
       guard |= vlo > 0 || vhi < n;
@@ -530,7 +703,12 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       if constexpr (Bf16Dot) _mm512_store_si512(&sc.pb[r][0], _mm512_setzero_si512());
     }
 
-    if constexpr (Fp8Dot) {
+    if constexpr (Pairs) {
+      if (guard)
+        pv_pairs<T, RB, true>(sc, rp, pc.v, vpair, n / 2, d);
+      else
+        pv_pairs<T, RB, false>(sc, rp, pc.v, vpair, n / 2, d);
+    } else if constexpr (Fp8Dot) {
 #if ATTN_CF_VBMI
       const char* vb = reinterpret_cast<const char*>(sc.vb);
       if (guard) {
@@ -557,6 +735,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   for (int r = 0; r < rows; ++r) {
     // Fused e4m3 V: the slice positions are positions of lane-order rows (e4m3_lane_elem).
     auto nat = [&](int x, int pos) { return fused ? x / 64 * 64 + e4m3_lane_elem(x % 64 + pos) : x + pos; };
+    if constexpr (Pairs)  // pair P·V keeps natural order
+      std::copy(sc.o[r], sc.o[r] + d, o);
+    else
     for (int x = 0; x < d; x += kSlice)
       for (int i = 0; i < 16; ++i)
         o[nat(x, slice_elem<TK>(false, i))] = sc.o[r][x + i], o[nat(x, slice_elem<TK>(true, i))] = sc.o[r][x + 16 + i];
@@ -571,15 +752,15 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   }
 }
 
-template <KvType T, bool Bf16Dot>
+template <KvType T, bool Bf16Dot, bool Pairs = false>
 void run_item(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int rows = item_rows(it, a.group);
   if (rows >= 4)
-    run<T, Bf16Dot, 4>(a, it, partials);
+    run<T, Bf16Dot, 4, Pairs>(a, it, partials);
   else if (rows >= 2)
-    run<T, Bf16Dot, 2>(a, it, partials);
+    run<T, Bf16Dot, 2, Pairs>(a, it, partials);
   else
-    run<T, Bf16Dot, 1>(a, it, partials);
+    run<T, Bf16Dot, 1, Pairs>(a, it, partials);
 }
 
 }  // namespace attn::cpu_flash::ATTN_CF_NS

@@ -57,12 +57,20 @@ bool has_vbmi() {
 }
 }  // namespace
 
-ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size) {
+ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout) {
 #if defined(__x86_64__) || defined(_M_X64)
   const bool bf16_dot = isa == Isa::avx512_bf16 && q == DType::bfloat16;
+  // HND_PAIRS: the pair kernels, or the general kernel (which gathers rows) where they do not serve.
+  if (layout == KVLayout::HND_PAIRS) {
+    if (!bf16_dot || !decode_head_size(head_size)) return nullptr;
+    if (kv == KvType::bf16) return decode_kernel_avx512_pairs();
+    return (kv == KvType::e4m3 || kv == KvType::e5m2) && has_vbmi() ? decode_kernel_avx512_fp8_pairs(kv) : nullptr;
+  }
   if (bf16_dot && kv == KvType::e4m3 && head_size % 64 == 0 && decode_head_size(head_size) && has_vbmi())
     return decode_kernel_avx512_e4m3_dot();
   if (isa >= Isa::avx512 && decode_head_size(head_size)) return decode_kernel_avx512(kv, bf16_dot && kv == KvType::bf16);
+#else
+  (void)isa, (void)kv, (void)q, (void)head_size, (void)layout;
 #endif
   return nullptr;
 }

@@ -40,7 +40,7 @@ struct KernelArgs {
   DType out_dtype = DType::float32;
   int64_t o_tok_stride = 0, o_head_stride = 0;
 
-  PagedKV kv;                       // K row (b, t, h) at base + b*block_stride + t*token_stride + h*head_stride
+  PagedKV kv;                       // elements at kv_element_offset (rows contiguous except HND_PAIRS)
   KvType kv_type = KvType::bf16;
   int64_t kv_elem_bytes = 2;
 
@@ -82,6 +82,7 @@ struct ItemScratch {
   std::vector<float> qf, s, o, state;
   std::vector<uint16_t> qb;
   std::vector<int> span;  // per row: first and one-past-last visible key of the chunk
+  std::vector<char> kv_rows;  // HND_PAIRS: the chunk's K and V rows gathered contiguous
 };
 inline ItemScratch& item_scratch() {
   thread_local ItemScratch sc;

@@ -124,6 +124,7 @@ inline void reserve_scratch(int rows, int d, int dv) {
   const std::size_t rp = std::size_t(round_up(rows, 4)), ldq = std::size_t(round_up(d, kQAlign)), ldo = std::size_t(round_up(dv, 16));
   sc.qf.reserve(rp * ldq), sc.qb.reserve(rp * ldq), sc.s.reserve(rp * kChunk), sc.o.reserve(rp * ldo);
   sc.state.reserve(rp * 3), sc.span.reserve(rp * 2);
+  sc.kv_rows.reserve(std::size_t(kChunk) * std::size_t(d + dv) * sizeof(float));  // gathered rows, widest storage
 }
 
 template <class S, KvType T, class Qk, int RB>
@@ -186,10 +187,20 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     }
   };
 
+  // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows.
+  const bool gather = a.kv.layout == KVLayout::HND_PAIRS;
+  if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
     const int n = std::min<int32_t>(kChunk, it.kv_end - c);
     for (int j = 0; j < n; ++j) {
       const int32_t key = c + j;
+      if (gather) {
+        char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
+        gather_kv_vector(a.kv, bt[key / bs], key % bs, h, false, d, kr);
+        gather_kv_vector(a.kv, bt[key / bs], key % bs, h, true, dv, kr + row_bytes);
+        kp[j] = kr, vp[j] = kr + row_bytes;
+        continue;
+      }
       const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
       kp[j] = base + e * eb;
       vp[j] = base + (e + a.kv.v_offset) * eb;

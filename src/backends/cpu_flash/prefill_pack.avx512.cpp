@@ -49,13 +49,16 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   const int n = std::clamp(a.seq_lens[job.seq] - key0, 0, kTileKeys);
   const int32_t* bt = a.block_table + int64_t(job.seq) * a.max_blocks_per_seq;
   const char* base = static_cast<const char*>(a.kv.base);
-  auto k_row = [&](int j) {
+  // Key j's K or V row: in place where rows are contiguous, gathered for HND_PAIRS (the
+  // pointer is valid until the next call).
+  alignas(64) char gathered[kMaxPackDims * sizeof(float)];
+  auto src_row = [&](int j, bool is_v) -> const char* {
     const int32_t key = key0 + j;
-    const int64_t e = int64_t(bt[key / a.kv.block_size]) * a.kv.block_stride +
-                      int64_t(key % a.kv.block_size) * a.kv.token_stride + int64_t(job.kv_head) * a.kv.head_stride;
-    return base + e * kv_bytes<T>();
+    const int64_t b = bt[key / a.kv.block_size], t = key % a.kv.block_size;
+    if (a.kv.layout != KVLayout::HND_PAIRS) return base + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v) * kv_bytes<T>();
+    gather_kv_vector(a.kv, b, t, job.kv_head, is_v, is_v ? dv : d, gathered);
+    return gathered;
   };
-  const int64_t v_off = a.kv.v_offset * kv_bytes<T>();
   const int dpad = (d + 31) / 32 * 32;  // whole bf16 vectors of 32
   alignas(64) float row[kMaxPackDims], row2[kMaxPackDims];
   uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
@@ -67,7 +70,7 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     alignas(64) uint16_t rb[kMaxPackDims];
     for (int j = 0; j < kTileKeys; ++j) {
       if (j < n) {
-        widen<T>(k_row(j), d, dpad, row);
+        widen<T>(src_row(j, false), d, dpad, row);
         for (int x = 0; x < dpad; x += 32)
           _mm512_store_si512(rb + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(row + x + 16), _mm512_load_ps(row + x)));
       } else {
@@ -82,8 +85,8 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     uint16_t* vd = reinterpret_cast<uint16_t*>(vdst);
     for (int kp = 0; kp < kTileKeys / 2; ++kp) {
       const int j = 2 * kp;
-      if (j < n) widen<T>(k_row(j) + v_off, dv, dvp, row); else std::fill(row, row + dvp, 0.0f);
-      if (j + 1 < n) widen<T>(k_row(j + 1) + v_off, dv, dvp, row2); else std::fill(row2, row2 + dvp, 0.0f);
+      if (j < n) widen<T>(src_row(j, true), dv, dvp, row); else std::fill(row, row + dvp, 0.0f);
+      if (j + 1 < n) widen<T>(src_row(j + 1, true), dv, dvp, row2); else std::fill(row2, row2 + dvp, 0.0f);
       if (any_nonfinite(row, dvp) || any_nonfinite(row2, dvp)) *nonfinite = 1;
       for (int x = 0; x < dvp; x += 16) {
         const __m512 ab = _mm512_castpd_ps(_mm512_insertf64x4(
@@ -97,13 +100,13 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   // fp32 tiles: K transposed to keys-in-lanes, V rows as they are.
   float* kd = reinterpret_cast<float*>(kdst);
   for (int j = 0; j < kTileKeys; ++j) {
-    if (j < n) widen<T>(k_row(j), d, dpad, row); else std::fill(row, row + dpad, 0.0f);
+    if (j < n) widen<T>(src_row(j, false), d, dpad, row); else std::fill(row, row + dpad, 0.0f);
     for (int x = 0; x < d; ++x) kd[x * kTileKeys + j] = row[x];
   }
   float* vd = reinterpret_cast<float*>(vdst);
   for (int j = 0; j < kTileKeys; ++j) {
     if (j < n) {
-      widen<T>(k_row(j) + v_off, dv, dvp, vd + int64_t(j) * dvp);
+      widen<T>(src_row(j, true), dv, dvp, vd + int64_t(j) * dvp);
       if (any_nonfinite(vd + int64_t(j) * dvp, dvp)) *nonfinite = 1;
     } else {
       std::fill(vd + int64_t(j) * dvp, vd + int64_t(j + 1) * dvp, 0.0f);

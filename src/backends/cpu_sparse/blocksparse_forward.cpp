@@ -28,7 +28,9 @@ void forward(const Shape& shape, const Pattern& pattern, const TensorView& q, co
               std::to_string(pattern.vert_stride),
           "bs_block_size, bs_local_blocks, bs_vert_stride all > 0");
   require(md.causal, "metadata.causal", "false", "true (the block-sparse pattern is causal)");
-  require(cache.spec().layout != KVLayout::MLA, "cache.layout", "MLA", "NHD or HND");
+  // Rows are read contiguously (token_stride apart): the pair-ordered layout is not served.
+  require(cache.spec().layout == KVLayout::NHD || cache.spec().layout == KVLayout::HND, "cache.layout",
+          to_string(cache.spec().layout), "NHD or HND (cpu_blocksparse)");
   if (T == 0) return;
   const int threads = shape.num_threads > 0 ? shape.num_threads : omp_get_max_threads();
   const PagedKV kv = cache.view();

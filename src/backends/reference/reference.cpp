@@ -79,11 +79,11 @@ class ReferenceImpl final : public AttentionImpl {
         float *K = sc.K(slot), *V = sc.V(slot), *scores = sc.scores(slot), *acc = sc.acc(slot), *qrow = sc.qrow(slot);
         // Dequantize this sequence's K and V rows for one KV head once.
         for (int t = 0; t < len; ++t) {
-          const int64_t e = int64_t(md.blocks(s)[t / kv.block_size]) * kv.block_stride + (t % kv.block_size) * kv.token_stride +
-                            int64_t(kh) * kv.head_stride;
-          for (int i = 0; i < d; ++i) K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, e + i) * kv.k_scales[kh];
+          const int64_t b = md.blocks(s)[t / kv.block_size], bt = t % kv.block_size;
+          for (int i = 0; i < d; ++i)
+            K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, false)) * kv.k_scales[kh];
           for (int i = 0; i < dv; ++i)
-            V[std::size_t(t) * dv + i] = load_as_float(base, kv.dtype, e + kv.v_offset + i) * kv.v_scales[kh];
+            V[std::size_t(t) * dv + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, true)) * kv.v_scales[kh];
         }
         for (int g = 0; g < group; ++g) {
           const int h = kh * group + g;

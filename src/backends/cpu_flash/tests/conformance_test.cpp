@@ -23,11 +23,24 @@ std::vector<SeqShape> mixed_batch(int block_size) {
   return {{40, 1}, {0, 7}, {10, 17}, {block_size - 1, 1}, {0, block_size + 1}, {3, 2}};
 }
 
+/// The layouts cpu_flash reads that `spec` can use: the pair order where its sizes allow it
+/// (whatever the dtypes: kernels without a pair path gather rows), and HND rows.
+std::vector<KVLayout> layouts_for(const CaseSpec& spec) {
+  const LayerConfig& c = spec.config;
+  const int dv = c.effective_head_size_v();
+  if (c.head_size % 2 || dv % 2 || spec.block_size % 16) return {KVLayout::HND};
+  return {KVLayout::HND_PAIRS, KVLayout::HND};
+}
+
 void expect_all_variants(const CaseSpec& spec) {
-  for (Isa isa : variants()) {
-    ForceIsa force(isa);
-    const auto r = attn::test::check_backend(spec, "cpu_flash");
-    EXPECT_TRUE(r.ok) << "variant " << to_string(isa) << ": " << r.message << "\n  " << spec.describe();
+  for (KVLayout layout : layouts_for(spec)) {
+    CaseSpec s = spec;
+    s.layout = layout;
+    for (Isa isa : variants()) {
+      ForceIsa force(isa);
+      const auto r = attn::test::check_backend(s, "cpu_flash");
+      EXPECT_TRUE(r.ok) << "variant " << to_string(isa) << ": " << r.message << "\n  " << s.describe();
+    }
   }
 }
 
@@ -161,6 +174,48 @@ TEST(CpuFlashConformance, EveryKvDtypeAndIoDtype) {
         SCOPED_TRACE(std::string(to_string(io)) + " / " + std::string(to_string(kv)));
         expect_all_variants(spec);
       }
+    }
+  }
+}
+
+TEST(CpuFlashConformance, PairLayoutDecodeShapes) {
+  // The pair decode kernel's shapes (bf16 q and cache): GQA 1 / 4 / 8, head sizes it serves and
+  // ones it leaves to the general kernel (80: not whole 32-dim lines; 63: odd, HND only), every
+  // block size, ragged decode-heavy batches with split ranges, and a prefill in the mix.
+  struct Shape {
+    int heads, kv_heads, head_size, block_size;
+  };
+  std::vector<Shape> shapes = {{4, 4, 64, 16}, {8, 2, 128, 32}, {16, 2, 128, 64}, {8, 2, 256, 128},
+                               {16, 2, 64, 128}, {8, 2, 80, 32}, {8, 2, 63, 16}};
+  if (quick()) shapes = {{8, 2, 128, 64}, {8, 2, 80, 16}};
+  for (const Shape& sh : shapes) {
+    CaseSpec spec;
+    spec.config = layer(sh.heads, sh.kv_heads, sh.head_size, DType::bfloat16);
+    spec.block_size = sh.block_size;
+    spec.seqs = {{0, 1}, {5, 1}, {sh.block_size - 1, 1}, {3 * sh.block_size + 7, 1}, {1500, 1}, {2100, 2}, {37, 19}};
+    spec.seed = attn::test::fresh_seed();
+    SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " head_size " +
+                 std::to_string(sh.head_size) + " block_size " + std::to_string(sh.block_size));
+    expect_all_variants(spec);
+  }
+}
+
+TEST(CpuFlashConformance, PairLayoutWindowsAndSinks) {
+  // Windows start inside K lines and split ranges, so the pair kernel's chunks hold keys before
+  // the window (masked, their V halves zeroed); sinks and soft-cap on the same items.
+  for (int window : {1, 13, 40, 1030}) {
+    for (int block_size : {16, 64}) {
+      CaseSpec spec;
+      spec.config = layer(8, 2, 128, DType::bfloat16);
+      spec.config.sliding_window = window;
+      spec.config.has_sink = true;
+      spec.config.logits_soft_cap = window == 13 ? 1.5f : 0.0f;
+      spec.block_size = block_size;
+      spec.seqs = {{40, 1}, {1100, 1}, {2050, 1}, {25, 9}};
+      spec.value_range = 2.0f;
+      spec.seed = attn::test::fresh_seed();
+      SCOPED_TRACE("window " + std::to_string(window) + " block_size " + std::to_string(block_size));
+      expect_all_variants(spec);
     }
   }
 }

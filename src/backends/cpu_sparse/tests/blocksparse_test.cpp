@@ -4,6 +4,7 @@
 #include "attn/attn.hpp"
 #include "backends/cpu_mla/mla_kernel.hpp"
 #include "support/cpu_isa_env.hpp"
+#include "support/expect_error.hpp"
 #include "support/mla_reference.hpp"
 
 namespace attn::test {
@@ -46,6 +47,14 @@ TEST(CpuBlockSparse, MatchesOracleForEveryDeclaredDtype) {
     for (DType io : desc->caps.dtypes)
       for (KVCacheDType kv : desc->caps.kv_cache_dtypes) expect_matches(blocksparse_case(io, kv, seed));
   });
+}
+
+TEST(CpuBlockSparse, RefusesThePairOrderedCache) {
+  // Its rows are read contiguously: an HND_PAIRS cache is refused, naming the layout.
+  CaseSpec spec = blocksparse_case(DType::bfloat16, KVCacheDType::auto_, fresh_seed());
+  spec.layout = KVLayout::HND_PAIRS;
+  Case c = make_case(spec, "cpu_blocksparse");
+  EXPECT_TRUE(throws_error([&] { run_forward(c); }, {"cache.layout=HND_PAIRS", "NHD or HND"}));
 }
 
 TEST(CpuBlockSparse, PerHeadScalesOddBlocksAliasedTables) {

@@ -121,7 +121,7 @@ std::shared_ptr<const StepPlan> CudaFlashAttention::plan(const BatchMetadata& md
   check_plan_args(params_, md, cache);
   const LayerConfig& c = params_.config;
   require(cache.layout == KVLayout::NHD || cache.layout == KVLayout::HND, "cache.layout", to_string(cache.layout),
-          "NHD or HND (cuda_flash keeps no MLA cache)");
+          "NHD or HND (cuda_flash reads neither MLA nor HND_PAIRS caches)");
   require(md.num_seqs <= 65535, "md.num_seqs", md.num_seqs, "<= 65535 (one grid dimension)");
   auto p = std::make_shared<CudaStepPlan>(backend_, c, md, cache);
   p->heads = c.num_heads;
