@@ -12,6 +12,8 @@
 
 namespace attn {
 
+class Registry;
+
 struct SelectOptions {
   std::string backend;           // explicit argument ("" or "auto" = none): highest precedence
   std::string config_backend;    // from the engine / model config: next
@@ -19,6 +21,7 @@ struct SelectOptions {
   /// Per layer-kind overrides (LayerConfig::kind() → backend), applied before `backend`.
   std::map<std::string, std::string> per_kind;
   std::optional<Platform> platform;  // default: this machine's CPU
+  Registry* registry = nullptr;      // the backends to choose from; default Registry::instance()
 };
 
 struct Candidate {

@@ -40,7 +40,7 @@ uint64_t xgetbv0() {
 
 Platform detect_x86() {
   Platform p;
-  unsigned a, b, c, d;
+  unsigned a = 0, b = 0, c = 0, d = 0;  // __get_cpuid leaves them unset for an unsupported leaf
   char vendor[13] = {};
   __get_cpuid(0, &a, &b, &c, &d);
   std::memcpy(vendor, &b, 4);
@@ -79,7 +79,7 @@ Platform detect_x86() {
     if (os_avx512 && (a1 & (1u << 5))) p.features.push_back(F::avx512_bf16);
   }
   char brand[49] = {};
-  unsigned ext;
+  unsigned ext = 0;
   __get_cpuid(0x80000000, &ext, &b, &c, &d);
   if (ext >= 0x80000004) {
     for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002 + i, reinterpret_cast<unsigned*>(brand + 16 * i),
@@ -129,7 +129,10 @@ std::string Platform::kind_name() const { return kind == PlatformKind::cpu ? "cp
 std::string Platform::fingerprint() const {
   std::string s = kind_name();
   if (kind == PlatformKind::cuda) return s + ":" + cc.to_string();
-  for (CpuFeature f : features) s += "+" + std::string(attn::to_string(f));
+  for (CpuFeature f : features) {
+    s += '+';
+    s += attn::to_string(f);
+  }
   return s;
 }
 
@@ -137,7 +140,10 @@ std::string Platform::to_string() const {
   if (kind == PlatformKind::cuda)
     return "cuda " + cc.to_string() + (name.empty() ? "" : " (" + name + ")") + (detected ? "" : " [planning target]");
   std::string feats;
-  for (CpuFeature f : features) feats += (feats.empty() ? "" : " ") + std::string(attn::to_string(f));
+  for (CpuFeature f : features) {
+    if (!feats.empty()) feats += ' ';
+    feats += attn::to_string(f);
+  }
   return "cpu (" + (name.empty() ? cpu_vendor : name) + ", " + std::to_string(cores) + " cores, " +
          (feats.empty() ? "no SIMD extensions" : feats) + ")" + (detected ? "" : " [planning target]");
 }

@@ -2,6 +2,10 @@
 // bf16-dot kernel, fp32 FMA for the avx512 / portable ones, measured on the threads the kernel
 // runs on (throughput-bound: 16 independent accumulator chains per thread).
 #if defined(__x86_64__)
+// GCC 12 flags its own _mm512_undefined_* helpers (inside _mm512_reduce_add_ps and the widening
+// conversions) as uninitialized: false positives, as in cpu_flash/simd_avx512.hpp.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #include <omp.h>
 

@@ -1,6 +1,10 @@
 // AVX-512 build of the MLA attend kernel: 16-wide fp32 FMAs, 16-bit cache entries widened in
 // registers (bf16 by a shift, f16 by vcvtph2ps), fp8 through the scalar table.
 #if defined(__x86_64__)
+// GCC 12 flags its own _mm512_undefined_* helpers (inside _mm512_reduce_add_ps and the widening
+// conversions) as uninitialized: false positives, as in cpu_flash/simd_avx512.hpp.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
