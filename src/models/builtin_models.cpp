@@ -75,8 +75,10 @@ ModelSpec load_model(const std::string& name_or_path, const ModelOverrides& over
   if (name_or_path.find('/') == std::string::npos && fs::is_regular_file(builtin, ec)) {
     return parse_model_config(read_text(builtin), name_or_path, overrides);
   }
-  throw Error("model='" + name_or_path + "' invalid: expected a config.json path or a built-in model (" +
-              join(builtin_models()) + ")");
+  const std::vector<std::string> names = builtin_models();
+  const std::string dir = models_dir().string();
+  const std::string known = names.empty() ? "none in " + dir + "; set ATTN_MODELS_DIR" : join(names);
+  throw Error("model='" + name_or_path + "' invalid: expected a config.json path or a built-in model (" + known + ")");
 }
 
 }  // namespace attn
