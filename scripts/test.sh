@@ -16,7 +16,7 @@ PYTHON=${PYTHON:-python3}
 step() { echo; echo "=== $* ==="; }
 
 step "Release build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=ON -DATTN_BUILD_CLI=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=ON -DATTN_BUILD_CLI=ON -DATTN_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
 step "Release tests"
 ctest --test-dir build --output-on-failure --no-tests=error -j1

@@ -20,6 +20,10 @@ class Registry {
  public:
   /// The process-wide registry with the built-ins registered and ATTN_PLUGINS loaded.
   static Registry& instance();
+  /// A registry of its own holding the built-ins only (no ATTN_PLUGINS): what a caller adds to
+  /// it (a test's stand-in backends) never reaches instance(). Select from it with
+  /// SelectOptions::registry.
+  static std::unique_ptr<Registry> with_builtins();
 
   /// Adds a backend. Throws if the name is taken.
   void add(BackendDescriptor desc);
@@ -47,10 +51,10 @@ class Registry {
   void load_plugin(const std::string& path);
   /// Errors from ATTN_PLUGINS entries that failed to load at start-up.
   std::vector<std::string> plugin_errors() const;
-  /// Bumped on every add/provide; the selector cache keys on it.
+  /// Changes on every add/provide, and no two registries share a value; the selector cache keys on it.
   uint64_t generation() const;
 
-  Registry();  // empty registry (tests); instance() fills the built-ins
+  Registry();  // empty registry; instance() and with_builtins() fill the built-ins
 
  private:
   struct Module { bool tried = false; bool ok = false; std::string why; void* handle = nullptr; };
@@ -59,7 +63,7 @@ class Registry {
   std::unordered_map<std::string, Module> modules_;
   std::shared_ptr<DeviceAllocator> cuda_allocator_;
   std::vector<std::string> plugin_errors_;
-  uint64_t generation_ = 0;
+  uint64_t generation_;
   std::mutex module_mu_;
 };
 

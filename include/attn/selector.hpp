@@ -22,6 +22,7 @@ struct SelectOptions {
   /// Per layer-kind overrides (LayerConfig::kind() → backend), applied before `backend`.
   std::map<std::string, std::string> per_kind;
   std::optional<Platform> platform;  // default: this machine's CPU
+  Registry* registry = nullptr;      // the backends to choose from; default Registry::instance()
 };
 
 struct Candidate {

@@ -70,7 +70,10 @@ std::string Platform::kind_name() const { return std::string(attn::to_string(kin
 std::string Platform::fingerprint() const {
   std::string s = kind_name();
   if (kind == PlatformKind::cuda) return s + ":" + cc.to_string();
-  for (CpuFeature f : features) s += "+" + std::string(attn::to_string(f));
+  for (CpuFeature f : features) {
+    s += '+';
+    s += attn::to_string(f);
+  }
   return s;
 }
 
@@ -78,7 +81,10 @@ std::string Platform::to_string() const {
   if (kind == PlatformKind::cuda)
     return "cuda " + cc.to_string() + (name.empty() ? "" : " (" + name + ")") + (detected ? "" : " [planning target]");
   std::string feats;
-  for (CpuFeature f : features) feats += (feats.empty() ? "" : " ") + std::string(attn::to_string(f));
+  for (CpuFeature f : features) {
+    if (!feats.empty()) feats += ' ';
+    feats += attn::to_string(f);
+  }
   return "cpu (" + (name.empty() ? cpu_vendor : name) + ", " + std::to_string(cores) + " cores, " +
          (feats.empty() ? "no SIMD extensions" : feats) + ")" + (detected ? "" : " [planning target]");
 }

@@ -115,7 +115,8 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
             query_start_loc[i], "non-decreasing (>= " + std::to_string(query_start_loc[i - 1]) + ")");
   int32_t max_q = 0, max_s = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    const std::string at = "[" + std::to_string(s) + "]";
+    const std::string index = std::to_string(s);
+    const std::string at = "[" + index + "]";
     ATTN_REQUIRE(seq_lens[s] >= 0, "metadata.seq_lens" + at, seq_lens[s], ">= 0");
     ATTN_REQUIRE(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at, seq_lens[s],
             ">= the sequence's query length " + std::to_string(query_len(s)));

@@ -41,7 +41,8 @@ void MixerBatch::validate(int32_t num_slots) const {
   require(query_start_loc[0] == 0, "query_start_loc[0]", query_start_loc[0], "0");
   std::vector<int32_t> owner(std::size_t(num_slots > 0 ? num_slots : 0), -1);
   for (int32_t s = 0; s < num_seqs; ++s) {
-    const std::string i = "[" + std::to_string(s) + "]";
+    const std::string index = std::to_string(s);
+    const std::string i = "[" + index + "]";
     require(query_start_loc[s + 1] >= query_start_loc[s], "query_start_loc" + i + "+1", query_start_loc[s + 1],
             ">= query_start_loc" + i + " = " + std::to_string(query_start_loc[s]) + " (monotone)");
     const int32_t slot = state_slots[s];

@@ -1,6 +1,7 @@
-// Built-in model names: the config.json files in models/ (the ATTN_MODELS_DIR environment
-// variable, else the source tree's models/ of a build, else <prefix>/share/attn/models of an
-// installed libattn at <prefix>/lib*/).
+// Built-in model names: the config.json files in models/, found at run time relative to libattn
+// (nothing absolute is compiled in, so a moved build or installed tree still finds them):
+//   $ATTN_MODELS_DIR, else <dir of libattn>/models (a build tree, the Python wheel), else
+//   <dir of libattn>/../share/attn/models (an installed <prefix>/lib*/libattn.so).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -12,10 +13,6 @@
 #include "attn/model.hpp"
 #include "models/config_json.hpp"
 
-#ifndef ATTN_MODELS_DIR
-#define ATTN_MODELS_DIR "models"
-#endif
-
 namespace attn {
 namespace {
 
@@ -23,14 +20,12 @@ namespace fs = std::filesystem;
 
 fs::path models_dir() {
   if (const char* env = std::getenv("ATTN_MODELS_DIR"); env && *env) return env;
-  std::error_code ec;
-  if (fs::is_directory(ATTN_MODELS_DIR, ec)) return ATTN_MODELS_DIR;
   Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&models_dir), &info) && info.dli_fname) {
-    fs::path installed = fs::path(info.dli_fname).parent_path().parent_path() / "share" / "attn" / "models";
-    if (fs::is_directory(installed, ec)) return installed;
-  }
-  return ATTN_MODELS_DIR;
+  if (!dladdr(reinterpret_cast<void*>(&models_dir), &info) || !info.dli_fname) return "models";
+  const fs::path lib_dir = fs::path(info.dli_fname).parent_path();
+  std::error_code ec;
+  if (fs::is_directory(lib_dir / "models", ec)) return lib_dir / "models";
+  return lib_dir.parent_path() / "share" / "attn" / "models";
 }
 
 /// The file's text, refusing anything over kMaxConfigBytes before reading it: a config path may
@@ -80,8 +75,10 @@ ModelSpec load_model(const std::string& name_or_path, const ModelOverrides& over
   if (name_or_path.find('/') == std::string::npos && fs::is_regular_file(builtin, ec)) {
     return parse_model_config(read_text(builtin), name_or_path, overrides);
   }
-  throw Error("model='" + name_or_path + "' invalid: expected a config.json path or a built-in model (" +
-              join(builtin_models()) + ")");
+  const std::vector<std::string> names = builtin_models();
+  const std::string dir = models_dir().string();
+  const std::string known = names.empty() ? "none in " + dir + "; set ATTN_MODELS_DIR" : join(names);
+  throw Error("model='" + name_or_path + "' invalid: expected a config.json path or a built-in model (" + known + ")");
 }
 
 }  // namespace attn

@@ -26,7 +26,10 @@ std::string preview(const json& v) {
   switch (v.type()) {
     case json::value_t::array: return "a list of " + std::to_string(v.size()) + " entries";
     case json::value_t::object: return "an object of " + std::to_string(v.size()) + " fields";
-    case json::value_t::string: return "\"" + clip(v.get_ref<const std::string&>()) + "\"";
+    case json::value_t::string: {
+      const std::string text = clip(v.get_ref<const std::string&>());
+      return "\"" + text + "\"";
+    }
     default: return v.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 }

@@ -27,7 +27,8 @@ inline std::vector<std::string> layer_types(const ConfigReader& cfg, int num_lay
       if (!ok) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        cfg.fail("layer_types[" + std::to_string(i) + "]", "'" + clip(types[i]) + "'", "one of " + list);
+        const std::string index = std::to_string(i), value = clip(types[i]);
+        cfg.fail("layer_types[" + index + "]", "'" + value + "'", "one of " + list);
       }
     }
     return types;

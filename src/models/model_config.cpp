@@ -36,15 +36,16 @@ DType config_dtype(const models::ConfigReader& text, const models::ConfigReader&
   for (const auto* r : {&text, &top}) {
     for (const char* field : {"torch_dtype", "dtype"}) {
       if (!r->has(field)) continue;
-      std::string name = r->string_or(field, "");
+      const std::string name = r->string_or(field, "");
+      const std::string clipped = models::clip(name);
       DType d;
       try {
         d = parse_dtype(name);
-      } catch (const Error& e) {
-        r->fail(field, "'" + models::clip(name) + "'", "float32, float16 or bfloat16");
+      } catch (const Error&) {
+        r->fail(field, "'" + clipped + "'", "float32, float16 or bfloat16");
       }
       if (d != DType::float32 && d != DType::float16 && d != DType::bfloat16) {
-        r->fail(field, "'" + models::clip(name) + "'", "float32, float16 or bfloat16");
+        r->fail(field, "'" + clipped + "'", "float32, float16 or bfloat16");
       }
       return d == DType::float32 ? DType::bfloat16 : d;
     }

@@ -1,25 +1,26 @@
 // detect_cuda: asks the attn_cuda module (if it exists and loads) for the first device. The core
-// never links CUDA; without the module or a device this reports why.
+// never links CUDA; without the module or a device this reports why. The module is looked up
+// where the registry loads it from ($ATTN_MODULE_PATH, then next to libattn).
 #include <dlfcn.h>
 
-#include <filesystem>
-
 #include "attn/platform.hpp"
+#include "plugin/module_path.hpp"
 
 namespace attn {
 
 extern "C" typedef int (*attn_cuda_device_info_fn)(char* name, int name_len, int* major, int* minor, char* why, int why_len);
 
 bool detect_cuda(Platform& out, std::string& why) {
-  Dl_info info;
-  std::string dir;
-  if (dladdr(reinterpret_cast<void*>(&detect_cuda), &info) && info.dli_fname)
-    dir = std::filesystem::path(info.dli_fname).parent_path().string();
-  const std::string path = (dir.empty() ? std::string() : dir + "/") + "libattn_cuda.so";
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
+  void* h = nullptr;
+  std::string last_why = "libattn_cuda.so not found";
+  for (const std::string& path : detail::module_candidates("attn_cuda")) {
+    h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h) break;
     const char* e = dlerror();
-    why = std::string("module attn_cuda not loaded: ") + (e ? e : path);
+    last_why = e ? e : path;
+  }
+  if (!h) {
+    why = "module attn_cuda not loaded: " + last_why;
     return false;
   }
   auto fn = reinterpret_cast<attn_cuda_device_info_fn>(dlsym(h, "attn_cuda_device_info"));

@@ -6,12 +6,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 
 #include "attn/error.hpp"
 #include "core/log.hpp"
 #include "core/names.hpp"
+#include "plugin/module_path.hpp"
 
 namespace attn {
 
@@ -56,31 +56,21 @@ std::string call_register(attn_register_fn reg, Registry& r) {
   }
 }
 
-// Where modules live: $ATTN_MODULE_PATH, then the directory holding libattn, then the build dir.
-std::vector<std::string> module_dirs() {
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("ATTN_MODULE_PATH")) {
-    std::string s = env;
-    std::size_t start = 0;
-    while (start <= s.size()) {
-      std::size_t end = s.find(':', start);
-      if (end == std::string::npos) end = s.size();
-      if (end > start) dirs.push_back(s.substr(start, end - start));
-      start = end + 1;
-    }
-  }
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&module_dirs), &info) && info.dli_fname)
-    dirs.push_back(std::filesystem::path(info.dli_fname).parent_path().string());
-#ifdef ATTN_MODULE_DIR
-  dirs.push_back(ATTN_MODULE_DIR);
-#endif
-  return dirs;
+// Process-wide, so a generation names one state of one registry (the selector cache's key).
+uint64_t next_generation() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 }  // namespace
 
-Registry::Registry() = default;
+Registry::Registry() : generation_(next_generation()) {}
+
+std::unique_ptr<Registry> Registry::with_builtins() {
+  auto reg = std::make_unique<Registry>();
+  register_builtin_backends(*reg);
+  return reg;
+}
 
 namespace {
 
@@ -155,7 +145,7 @@ void Registry::add(BackendDescriptor desc) {
   for (auto& b : backends_)
     if (b->name == desc.name) throw Error("backend '" + desc.name + "' is already registered");
   backends_.push_back(std::make_shared<BackendDescriptor>(std::move(desc)));
-  ++generation_;
+  generation_ = next_generation();
 }
 
 void Registry::provide(const std::string& backend, std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create) {
@@ -165,7 +155,7 @@ void Registry::provide(const std::string& backend, std::function<std::unique_ptr
       auto copy = std::make_shared<BackendDescriptor>(*b);
       copy->create = std::move(create);
       b = copy;  // readers holding the old snapshot keep it alive
-      ++generation_;
+      generation_ = next_generation();
       return;
     }
   }
@@ -225,9 +215,7 @@ bool Registry::ensure_module(const BackendDescriptor& desc, std::string& why) {
   if (!m->tried) {
     m->tried = true;
     std::string last_why = "lib" + desc.module + ".so not found";
-    for (const std::string& dir : module_dirs()) {
-      const std::string path = dir + "/lib" + desc.module + ".so";
-      if (!std::filesystem::exists(path)) continue;
+    for (const std::string& path : detail::module_candidates(desc.module)) {
       attn_register_fn reg = nullptr;
       void* h = open_library(path, last_why, reg);
       if (!h) continue;
@@ -281,7 +269,7 @@ void Registry::load_plugin(const std::string& path) {
     {
       std::unique_lock lock(mu_);
       std::erase_if(backends_, [&](const auto& b) { return std::find(before.begin(), before.end(), b->name) == before.end(); });
-      ++generation_;
+      generation_ = next_generation();
     }
     throw Error("plugin '" + path + "' not loaded: attn_register threw: " + threw);
   }

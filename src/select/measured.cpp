@@ -43,7 +43,7 @@ bool block_size_allowed(const BackendDescriptor& desc, const LayerConfig& config
   return desc.extra_checks(c, p).empty();
 }
 
-std::optional<MeasuredPick> measured_pick(const TuningFile& tuning, const LayerConfig& config,
+std::optional<MeasuredPick> measured_pick(const Registry& reg, const TuningFile& tuning, const LayerConfig& config,
                                           const std::vector<Candidate>& candidates, const Platform& p) {
   const TunedConfig* entry = tuning.find(config);
   if (!entry) return std::nullopt;
@@ -57,7 +57,7 @@ std::optional<MeasuredPick> measured_pick(const TuningFile& tuning, const LayerC
   std::vector<Offer> offers;
   for (const auto& cand : candidates) {
     if (!cand.valid) continue;
-    auto desc = Registry::instance().find(cand.backend);
+    auto desc = reg.find(cand.backend);
     if (!desc) continue;
     offers.push_back({&cand, desc, desc->variants ? desc->variants(p) : std::vector<std::string>{},
                       desc->variant ? desc->variant(p) : ""});

@@ -24,8 +24,8 @@ struct MeasuredPick {
 /// The fastest measured choice that is valid now (its backend among the valid `candidates`, a
 /// variant it offers, a block size it allows and equal to the user's when set). Ties within the
 /// timing noise go to the better priority, then the backend's own variant and block size.
-/// Null when the tuning has no valid measured choice for `config`.
-std::optional<MeasuredPick> measured_pick(const TuningFile& tuning, const LayerConfig& config,
+/// Null when the tuning has no valid measured choice for `config`. `reg` holds the candidates.
+std::optional<MeasuredPick> measured_pick(const Registry& reg, const TuningFile& tuning, const LayerConfig& config,
                                           const std::vector<Candidate>& candidates, const Platform& platform);
 
 }  // namespace attn::detail

@@ -64,7 +64,8 @@ Cache& cache() {
 std::string reasons_text(const std::vector<Reason>& rs) {
   std::vector<std::string> parts;
   for (auto& r : rs) parts.push_back(r.to_string());
-  return "[" + join(parts, "; ") + "]";
+  const std::string joined = join(parts, "; ");
+  return "[" + joined + "]";
 }
 
 std::vector<Candidate> check_all(Registry& reg, const LayerConfig& c, const Platform& p, const std::string& forced) {
@@ -77,8 +78,7 @@ std::vector<Candidate> check_all(Registry& reg, const LayerConfig& c, const Plat
   return out;
 }
 
-Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forced, const std::string& forced_by) {
-  Registry& reg = Registry::instance();
+Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const std::string& forced, const std::string& forced_by) {
   Outcome o;
   Decision& d = o.decision;
   d.config = c;
@@ -111,7 +111,7 @@ Outcome compute(const LayerConfig& c, const Platform& p, const std::string& forc
     for (auto& cand : d.candidates) if (cand.valid) { chosen = &cand; break; }
     // Measurements apply to the machine they were taken on, and only when nothing is forced.
     if (chosen && p.detected) {
-      if (auto tuning = active_tuning()) pick = detail::measured_pick(*tuning, c, d.candidates, p);
+      if (auto tuning = active_tuning()) pick = detail::measured_pick(reg, *tuning, c, d.candidates, p);
       if (pick)
         for (auto& cand : d.candidates) if (cand.backend == pick->backend) chosen = &cand;
     }
@@ -167,7 +167,9 @@ Outcome lookup(const LayerConfig& config, const SelectOptions& options) {
   // This machine's fingerprint never changes: compute it once, not per lookup.
   static const std::string detected_fingerprint = detect_cpu().fingerprint();
   std::string fingerprint = options.platform ? p.fingerprint() + (p.detected ? "" : "/planned") : detected_fingerprint;
-  Key key{config, std::move(fingerprint), std::move(forced), std::move(forced_by), Registry::instance().generation()};
+  Registry& reg = options.registry ? *options.registry : Registry::instance();
+  // Generations are unique across registries, so the key also tells registries apart.
+  Key key{config, std::move(fingerprint), std::move(forced), std::move(forced_by), reg.generation()};
   Cache& c = cache();
   {
     std::shared_lock lock(c.mu);
@@ -178,7 +180,7 @@ Outcome lookup(const LayerConfig& config, const SelectOptions& options) {
     }
   }
   c.misses.fetch_add(1, std::memory_order_relaxed);
-  Outcome o = compute(config, p, key.forced, key.forced_by);
+  Outcome o = compute(reg, config, p, key.forced, key.forced_by);
   if (o.error.empty())
     log_info_once(key.platform + config.to_string() + key.forced,
                   "Using " + o.decision.backend + " for " + config.kind() + " layer (" + o.decision.platform + ")");

@@ -86,9 +86,9 @@ TEST(RunAllocationsNewKV, WarmRunWritingNewKVAllocatesNothing) {
   // The last token's slot holds the written values.
   const PagedKV kv = c.cache->view();
   const int64_t slot = c.md.slot_mapping.back();
-  const int64_t e = (slot / kv.block_size) * kv.block_stride + (slot % kv.block_size) * kv.token_stride;
-  EXPECT_EQ(load_as_float(kv.base, kv.dtype, e), 0.25f);
-  EXPECT_EQ(load_as_float(kv.base, kv.dtype, e + kv.v_offset), -0.5f);
+  const int64_t b = slot / kv.block_size, t = slot % kv.block_size;
+  EXPECT_EQ(load_as_float(kv.base, kv.dtype, kv_element_offset(kv, b, t, 0, 0, false)), 0.25f);
+  EXPECT_EQ(load_as_float(kv.base, kv.dtype, kv_element_offset(kv, b, t, 0, 0, true)), -0.5f);
 }
 
 // The counter sees the library's allocations: the one-call forward() plans (a shared plan

@@ -86,7 +86,7 @@ TEST(Cli, PlanShowsMixerLayersOfHybrids) {
   int attention = 0, mixer = 0;
   for (const auto& g : j["groups"]) {
     (g["kind"] == "attention" ? attention : mixer) += int(g["layers"].size());
-    if (g["kind"] == "mixer") EXPECT_EQ(g["mixer"], "mamba1");
+    if (g["kind"] == "mixer") { EXPECT_EQ(g["mixer"], "mamba1"); }
   }
   EXPECT_EQ(attention, 4);
   EXPECT_EQ(mixer, 28);

@@ -127,7 +127,7 @@ std::vector<int> sample_sizes(const SizeRule& rule, int max_count, int cap) {
 
 bool is_dense_cpu_backend(const BackendDescriptor& d) {
   const Capabilities& c = d.caps;
-  return !is_synthetic(d.name) && !c.mla && !c.sparse && !c.block_sparse && !c.attention_free &&
+  return !c.mla && !c.sparse && !c.block_sparse && !c.attention_free &&
          contains(c.platforms, PlatformKind::cpu);
 }
 

@@ -18,7 +18,6 @@
 
 #include "attn/attn.hpp"
 #include "conformance/case_generator.hpp"
-#include "selector/selector_test_util.hpp"
 
 namespace {
 
@@ -28,7 +27,7 @@ using namespace attn::test;
 std::vector<std::string> backend_names(bool dense) {
   std::vector<std::string> out;
   for (auto& d : Registry::instance().backends())
-    if (!is_synthetic(d->name) && is_dense_cpu_backend(*d) == dense) out.push_back(d->name);
+    if (is_dense_cpu_backend(*d) == dense) out.push_back(d->name);
   return out;
 }
 

@@ -251,7 +251,7 @@ std::vector<std::string> cpu_backends() {
   std::vector<std::string> out;
   for (auto& d : Registry::instance().backends()) {
     const auto& p = d->caps.platforms;
-    if (!is_synthetic(d->name) && !d->caps.attention_free && std::find(p.begin(), p.end(), PlatformKind::cpu) != p.end())
+    if (!d->caps.attention_free && std::find(p.begin(), p.end(), PlatformKind::cpu) != p.end())
       out.push_back(d->name);
   }
   return out;

@@ -39,7 +39,7 @@ TEST(SelectMamba, EveryBuiltinTypeMapsToItsBackend) {
     ASSERT_EQ(d.candidates.size(), mixer_backends().size());
     for (const Candidate& c : d.candidates) {
       EXPECT_EQ(c.valid, c.backend == backend) << c.backend;
-      if (!c.valid) EXPECT_EQ(c.reasons.at(0).field, "mamba_type");
+      if (!c.valid) { EXPECT_EQ(c.reasons.at(0).field, "mamba_type"); }
     }
     EXPECT_NE(d.to_text().find(backend), std::string::npos);
     EXPECT_NE(d.to_json().find("\"" + backend + "\""), std::string::npos);

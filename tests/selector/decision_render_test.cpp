@@ -14,6 +14,7 @@ using nlohmann::json;
 
 struct Rendered : ::testing::Test {
   int hs = test::kSyntheticHeadBase + 400;
+  test::TestRegistry reg;
   std::string picky;
   LayerConfig cfg;
   Decision d;
@@ -21,12 +22,12 @@ struct Rendered : ::testing::Test {
     Capabilities caps = test::synthetic_caps(hs);
     caps.dtypes = {DType::bfloat16};
     caps.sinks = false;
-    picky = test::add_synthetic("render", caps, 1);
+    picky = reg.add_synthetic("render", caps, 1);
     cfg = test::synthetic_layer(hs);
     cfg.has_sink = true;
     cfg.logits_soft_cap = 12.5f;
     cfg.block_size = 32;
-    SelectOptions o;
+    SelectOptions o = reg.options();
     o.use_env = false;
     o.backend = "reference";
     d = select(cfg, o);
@@ -119,7 +120,7 @@ TEST_F(Rendered, JsonOfANoteAndOfNoValidBackend) {
   LayerConfig none = cfg;
   none.kv_cache_dtype = KVCacheDType::nvfp4;
   none.use_mm_prefix = true;
-  SelectOptions o;
+  SelectOptions o = reg.options();
   o.use_env = false;
   const json j = json::parse(explain(none, o).to_json());
   EXPECT_EQ(j["backend"], "");

@@ -11,20 +11,22 @@
 namespace {
 
 using namespace attn;
-using attn::test::add_synthetic;
 using attn::test::error_message;
 using attn::test::synthetic_caps;
 using attn::test::synthetic_layer;
 using attn::test::throws_error;
 
-SelectOptions no_env() {
-  SelectOptions o;
+using attn::test::TestRegistry;
+
+// Options ignoring ATTN_BACKEND, selecting from `reg` (a test's synthetic backends) when given.
+SelectOptions no_env(TestRegistry* reg = nullptr) {
+  SelectOptions o = reg ? reg->options() : SelectOptions{};
   o.use_env = false;
   return o;
 }
 
-SelectOptions forced(const std::string& backend) {
-  SelectOptions o = no_env();
+SelectOptions forced(const std::string& backend, TestRegistry* reg = nullptr) {
+  SelectOptions o = no_env(reg);
   o.backend = backend;
   return o;
 }
@@ -56,19 +58,20 @@ TEST(SelectorErrors, UnknownBackendFromConfigNamesItsSource) {
 }
 
 TEST(SelectorErrors, ForcedBackendThatCannotServeTheLayer) {
+  TestRegistry reg;
   const int hs = test::kSyntheticHeadBase + 1;
   Capabilities caps = synthetic_caps(hs);
   caps.dtypes = {DType::float16};
   caps.sinks = false;
-  const std::string name = add_synthetic("forced_invalid", caps, 50);
+  const std::string name = reg.add_synthetic("forced_invalid", caps, 50);
   LayerConfig cfg = synthetic_layer(hs);
   cfg.has_sink = true;
 
   std::vector<std::string> could;
-  for (auto& c : explain(cfg, no_env()).candidates) if (c.valid) could.push_back(c.backend);
+  for (auto& c : explain(cfg, no_env(&reg)).candidates) if (c.valid) could.push_back(c.backend);
   ASSERT_FALSE(could.empty()) << "reference serves every head size";
 
-  const std::string msg = error_message([&] { select(cfg, forced(name)); });
+  const std::string msg = error_message([&] { select(cfg, forced(name, &reg)); });
   EXPECT_NE(msg.find("Selected backend " + name + " (from argument) is not valid for this configuration on " +
                      detect_cpu().to_string()),
             std::string::npos)
@@ -77,17 +80,18 @@ TEST(SelectorErrors, ForcedBackendThatCannotServeTheLayer) {
             std::string::npos)
       << msg;
   EXPECT_NE(msg.find("Backends that can serve this layer: " + join(could) + "."), std::string::npos) << msg;
-  EXPECT_TRUE(throws_error([&] { explain(cfg, forced(name)); }, {"Selected backend " + name}));
+  EXPECT_TRUE(throws_error([&] { explain(cfg, forced(name, &reg)); }, {"Selected backend " + name}));
 }
 
 TEST(SelectorErrors, ForcedBackendWhenNoneCouldServe) {
+  TestRegistry reg;
   const int hs = test::kSyntheticHeadBase + 2;
-  const std::string name = add_synthetic("forced_none", synthetic_caps(hs), 50);
+  const std::string name = reg.add_synthetic("forced_none", synthetic_caps(hs), 50);
   LayerConfig cfg = synthetic_layer(hs);
   cfg.use_mm_prefix = true;  // declared by nobody here
   cfg.kv_cache_dtype = KVCacheDType::nvfp4;
-  ASSERT_TRUE(explain(cfg, no_env()).backend.empty());
-  EXPECT_TRUE(throws_error([&] { select(cfg, forced(name)); }, {"Backends that can serve this layer: none."}));
+  ASSERT_TRUE(explain(cfg, no_env(&reg)).backend.empty());
+  EXPECT_TRUE(throws_error([&] { select(cfg, forced(name, &reg)); }, {"Backends that can serve this layer: none."}));
 }
 
 TEST(SelectorErrors, ForcedBackendForAnotherPlatform) {
@@ -142,11 +146,12 @@ TEST(SelectorErrors, ExplainReturnsTheDecisionWhenNothingIsValid) {
 }
 
 TEST(SelectorErrors, ModuleThatCannotLoadIsAReasonNotACrash) {
+  TestRegistry reg;
   const int hs = test::kSyntheticHeadBase + 6;
-  const std::string name = add_synthetic("module", synthetic_caps(hs), 1, "does_not_exist");
+  const std::string name = reg.add_synthetic("module", synthetic_caps(hs), 1, "does_not_exist");
   const LayerConfig cfg = synthetic_layer(hs);
 
-  const Decision d = explain(cfg, no_env());  // detected platform: the module load is tried
+  const Decision d = explain(cfg, no_env(&reg));  // detected platform: the module load is tried
   EXPECT_EQ(d.backend, "reference");
   const Candidate* c = nullptr;
   for (auto& x : d.candidates) if (x.backend == name) c = &x;
@@ -157,20 +162,21 @@ TEST(SelectorErrors, ModuleThatCannotLoadIsAReasonNotACrash) {
   EXPECT_EQ(c->reasons[0].value, "does_not_exist not loaded: libdoes_not_exist.so not found");
   EXPECT_EQ(c->reasons[0].expected, "a loadable module");
 
-  EXPECT_TRUE(throws_error([&] { select(cfg, forced(name)); },
+  EXPECT_TRUE(throws_error([&] { select(cfg, forced(name, &reg)); },
                            {"Selected backend " + name, "module=does_not_exist not loaded: libdoes_not_exist.so not found"}));
   LayerParams params;
   params.config = cfg;
-  EXPECT_TRUE(throws_error([&] { Registry::instance().create(name, params); },
+  EXPECT_TRUE(throws_error([&] { reg.registry().create(name, params); },
                            {"backend " + name + ": module does_not_exist not loaded"}));
 }
 
 TEST(SelectorErrors, ModuleReasonComesBeforeCapabilityReasons) {
+  TestRegistry reg;
   const int hs = test::kSyntheticHeadBase + 7;
   Capabilities caps = synthetic_caps(hs);
   caps.dtypes = {DType::bfloat16};
-  const std::string name = add_synthetic("module_order", caps, 1, "also_missing");
-  const Decision d = explain(synthetic_layer(hs), no_env());
+  const std::string name = reg.add_synthetic("module_order", caps, 1, "also_missing");
+  const Decision d = explain(synthetic_layer(hs), no_env(&reg));
   for (auto& c : d.candidates)
     if (c.backend == name) {
       ASSERT_EQ(c.reasons.size(), 2u);
@@ -180,22 +186,24 @@ TEST(SelectorErrors, ModuleReasonComesBeforeCapabilityReasons) {
 }
 
 TEST(SelectorErrors, PlanningTargetDoesNotLoadModules) {
+  TestRegistry reg;
   // Planning for another machine: whether a module loads *here* is irrelevant.
   const int hs = test::kSyntheticHeadBase + 8;
-  const std::string name = add_synthetic("module_planned", synthetic_caps(hs), 1, "not_here_either");
-  SelectOptions o = no_env();
+  const std::string name = reg.add_synthetic("module_planned", synthetic_caps(hs), 1, "not_here_either");
+  SelectOptions o = no_env(&reg);
   o.platform = parse_platform("cpu:avx512");
   EXPECT_EQ(select(synthetic_layer(hs), o).backend, name);
 }
 
 TEST(SelectorErrors, ExtraChecksAreAppendedAfterGenericReasons) {
+  TestRegistry reg;
   const int hs = test::kSyntheticHeadBase + 9;
   Capabilities caps = synthetic_caps(hs);
   caps.dtypes = {DType::float16};
-  const std::string name = add_synthetic("extra", caps, 1, {}, [](const LayerConfig& c, const Platform&) {
+  const std::string name = reg.add_synthetic("extra", caps, 1, {}, [](const LayerConfig& c, const Platform&) {
     return std::vector<Reason>{{"num_heads", std::to_string(c.num_heads), "a multiple of 16 (synthetic rule)"}};
   });
-  const std::string msg = error_message([&] { select(synthetic_layer(hs), forced(name)); });
+  const std::string msg = error_message([&] { select(synthetic_layer(hs), forced(name, &reg)); });
   EXPECT_NE(msg.find("[dtype=float32, expected one of float16; num_heads=8, expected a multiple of 16 (synthetic rule)]"),
             std::string::npos)
       << msg;

@@ -111,9 +111,10 @@ TEST_F(SelectorCache, EnvChangesAreSeenDespiteTheCache) {
 TEST_F(SelectorCache, RegisteringABackendInvalidatesOldEntries) {
   const int hs = test::kSyntheticHeadBase + 500;
   LayerConfig c = test::synthetic_layer(hs);
-  EXPECT_EQ(select(c).backend, "reference");
-  const std::string name = test::add_synthetic("late", test::synthetic_caps(hs), 1);
-  EXPECT_EQ(select(c).backend, name) << "a stale entry would still say reference";
+  test::TestRegistry reg;
+  EXPECT_EQ(select(c, reg.options()).backend, "reference");
+  const std::string name = reg.add_synthetic("late", test::synthetic_caps(hs), 1);
+  EXPECT_EQ(select(c, reg.options()).backend, name) << "a stale entry would still say reference";
   EXPECT_EQ(selector_cache_stats().misses, 2u);
 }
 

@@ -1,14 +1,16 @@
 #pragma once
-// Selector-test helpers. Synthetic backends: select() reads Registry::instance(), so they are added
-// there, each under a unique name "synth_<tag>_<n>". They serve only head sizes of 1000 and more
-// (which no real layer in another test uses), so they never change another test's decision;
-// the conformance suite skips every "synth_" name. They have no factory: selection only.
+// Selector-test helpers. Synthetic backends live in a test's own TestRegistry (the built-ins plus
+// what the test adds), never in Registry::instance(), so no other test or suite sees them; the
+// test selects from it through TestRegistry::options(). Each is named "synth_<tag>_<n>" and
+// serves only its head size of 1000 and more. They have no factory: selection only.
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "attn/registry.hpp"
+#include "attn/selector.hpp"
 
 namespace attn::test {
 
@@ -25,20 +27,36 @@ inline Capabilities synthetic_caps(int head_size) {
   return c;
 }
 
-/// Registers a synthetic backend; returns its unique name.
-inline std::string add_synthetic(const std::string& tag, Capabilities caps, int priority, std::string module = {},
-                                 std::function<std::vector<Reason>(const LayerConfig&, const Platform&)> extra = {}) {
-  static std::atomic<int> counter{0};
-  BackendDescriptor d;
-  d.name = "synth_" + tag + "_" + std::to_string(counter++);
-  d.summary = "synthetic selector-test backend";
-  d.caps = std::move(caps);
-  d.priority = priority;
-  d.module = std::move(module);
-  d.extra_checks = std::move(extra);
-  Registry::instance().add(d);
-  return d.name;
-}
+/// A test's own registry: the built-in backends plus the synthetic ones the test adds.
+class TestRegistry {
+ public:
+  Registry& registry() { return *reg_; }
+
+  /// Registers a synthetic backend; returns its unique name.
+  std::string add_synthetic(const std::string& tag, Capabilities caps, int priority, std::string module = {},
+                            std::function<std::vector<Reason>(const LayerConfig&, const Platform&)> extra = {}) {
+    static std::atomic<int> counter{0};
+    BackendDescriptor d;
+    d.name = "synth_" + tag + "_" + std::to_string(counter++);
+    d.summary = "synthetic selector-test backend";
+    d.caps = std::move(caps);
+    d.priority = priority;
+    d.module = std::move(module);
+    d.extra_checks = std::move(extra);
+    reg_->add(d);
+    return d.name;
+  }
+
+  /// Options selecting from this registry (ATTN_BACKEND read as usual unless use_env is cleared).
+  SelectOptions options() {
+    SelectOptions o;
+    o.registry = reg_.get();
+    return o;
+  }
+
+ private:
+  std::unique_ptr<Registry> reg_ = Registry::with_builtins();
+};
 
 /// A layer only synthetic backends (and the any-size reference) can serve.
 inline LayerConfig synthetic_layer(int head_size) {
@@ -69,8 +87,5 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
-
-/// True for the synthetic backends above (the conformance suite skips them).
-inline bool is_synthetic(const std::string& name) { return name.rfind("synth_", 0) == 0; }
 
 }  // namespace attn::test

@@ -33,12 +33,14 @@ std::string outcome(const Query& q, bool use_explain) {
   }
 }
 
-std::vector<Query> queries(const std::string& module_backend_head) {
+// Every query selects from `reg` (the test's own registry, which the mutator adds to).
+std::vector<Query> queries(const std::string& module_backend_head, test::TestRegistry& reg) {
   std::vector<Query> out;
   auto add = [&](auto mutate_config, auto mutate_options) {
     Query q;
     q.config.num_heads = 8;
     q.config.num_kv_heads = 2;
+    q.options = reg.options();
     q.options.use_env = false;
     mutate_config(q.config);
     mutate_options(q.options);
@@ -63,8 +65,9 @@ std::vector<Query> queries(const std::string& module_backend_head) {
 TEST(SelectorConcurrency, ThreadsAgreeWhileTheCacheIsClearedAndBackendsAreAdded) {
   // A backend whose module cannot load: many threads race to try loading it first.
   const int module_head = test::kSyntheticHeadBase + 950;
-  test::add_synthetic("tsan_module", test::synthetic_caps(module_head), 1, "tsan_missing_module");
-  const auto qs = queries(std::to_string(module_head));
+  test::TestRegistry reg;
+  reg.add_synthetic("tsan_module", test::synthetic_caps(module_head), 1, "tsan_missing_module");
+  const auto qs = queries(std::to_string(module_head), reg);
 
   clear_selector_cache();
   std::vector<std::string> expected;
@@ -80,7 +83,7 @@ TEST(SelectorConcurrency, ThreadsAgreeWhileTheCacheIsClearedAndBackendsAreAdded)
     // Registers backends no query can use (head size 1990 only): generations change, outcomes must not.
     for (int i = 0; !stop.load(); ++i) {
       clear_selector_cache();
-      if (i % 8 == 0 && i / 8 < kAdded) test::add_synthetic("tsan_added", test::synthetic_caps(test::kSyntheticHeadBase + 990), 1);
+      if (i % 8 == 0 && i / 8 < kAdded) reg.add_synthetic("tsan_added", test::synthetic_caps(test::kSyntheticHeadBase + 990), 1);
       (void)selector_cache_stats();
       std::this_thread::yield();
     }

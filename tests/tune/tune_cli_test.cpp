@@ -86,7 +86,7 @@ TEST(Tune, TimesEveryValidChoiceWithinTheBudget) {
   EXPECT_GT(calls, 0);
   for (const auto& ch : f.configs[0].choices) {
     EXPECT_TRUE(ch.block_size == 16 || ch.block_size == 32 || ch.block_size == 64 || ch.block_size == 128) << ch.block_size;
-    if (ch.measured()) EXPECT_GT(ch.decode_us, 0);
+    if (ch.measured()) { EXPECT_GT(ch.decode_us, 0); }
   }
 }
 

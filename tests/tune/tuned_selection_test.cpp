@@ -12,7 +12,6 @@
 namespace {
 
 using namespace attn;
-using attn::test::add_synthetic;
 using attn::test::ScopedEnv;
 using attn::test::synthetic_caps;
 using attn::test::synthetic_layer;
@@ -37,12 +36,14 @@ TuningFile file_for(const LayerConfig& cfg, std::vector<TunedChoice> choices) {
 }
 
 // Two synthetic backends serving one layer: `fast` (priority 1) and `slow` (priority 2), the latter
-// with block sizes that are multiples of 16 only. The selector reads the file this fixture writes.
+// with block sizes that are multiples of 16 only, in the test's own registry. The selector reads
+// the file this fixture writes.
 struct Tuned : ::testing::Test {
   static inline int next_head = test::kSyntheticHeadBase + 600;
   int hs = next_head++;
-  std::string fast = add_synthetic("tfast", synthetic_caps(hs), 1);
-  std::string slow = add_synthetic("tslow", [&] {
+  test::TestRegistry reg;
+  std::string fast = reg.add_synthetic("tfast", synthetic_caps(hs), 1);
+  std::string slow = reg.add_synthetic("tslow", [&] {
     Capabilities c = synthetic_caps(hs);
     c.block_sizes = SizeRule::multiple_of({16});
     return c;
@@ -112,7 +113,7 @@ TEST_F(Tuned, MergeReplacesTheSameConfigAndKeepsOthers) {
 }
 
 TEST_F(Tuned, UntunedSelectionIsByPriority) {
-  const Decision d = select(cfg);
+  const Decision d = select(cfg, reg.options());
   EXPECT_EQ(d.backend, fast);
   EXPECT_FALSE(d.tuned);
 }
@@ -120,7 +121,7 @@ TEST_F(Tuned, UntunedSelectionIsByPriority) {
 TEST_F(Tuned, MeasuredFasterValidChoiceWins) {
   use(file_for(cfg, {choice(fast, "", 16, 200, 900), choice(slow, "", 32, 100, 600)}));
   EXPECT_EQ(tuning_warning(), "");
-  const Decision d = select(cfg);
+  const Decision d = select(cfg, reg.options());
   EXPECT_EQ(d.backend, slow);
   EXPECT_TRUE(d.tuned);
   EXPECT_EQ(d.block_size, 32);  // the tuned block size, not the backend's preferred
@@ -135,7 +136,7 @@ TEST_F(Tuned, UsersBlockSizeLimitsTheMeasuredChoices) {
   use(file_for(cfg, {choice(fast, "", 64, 200, 900), choice(slow, "", 32, 100, 600), choice(slow, "", 64, 300, 900)}));
   LayerConfig c = cfg;
   c.block_size = 64;
-  const Decision d = select(c);
+  const Decision d = select(c, reg.options());
   EXPECT_EQ(d.backend, fast);  // slow was only faster with blocks of 32
   EXPECT_EQ(d.block_size, 64);
   EXPECT_TRUE(d.block_size_from_user);
@@ -143,14 +144,14 @@ TEST_F(Tuned, UsersBlockSizeLimitsTheMeasuredChoices) {
 
 TEST_F(Tuned, ForcedBackendsWinOverTuning) {
   use(file_for(cfg, {choice(fast, "", 16, 200, 900), choice(slow, "", 32, 100, 600)}));
-  SelectOptions o;
+  SelectOptions o = reg.options();
   o.backend = fast;
   Decision d = select(cfg, o);
   EXPECT_EQ(d.backend, fast);
   EXPECT_EQ(d.forced_by, "argument");
   EXPECT_FALSE(d.tuned);
   ScopedEnv env("ATTN_BACKEND", fast);
-  d = select(cfg);
+  d = select(cfg, reg.options());
   EXPECT_EQ(d.backend, fast);
   EXPECT_EQ(d.forced_by, "env ATTN_BACKEND");
   EXPECT_FALSE(d.tuned);
@@ -159,7 +160,7 @@ TEST_F(Tuned, ForcedBackendsWinOverTuning) {
 TEST_F(Tuned, TiesGoToPriority) {
   // slow is 1% faster: within the timing noise, so priority decides.
   use(file_for(cfg, {choice(fast, "", 16, 101, 101), choice(slow, "", 32, 100, 100)}));
-  const Decision d = select(cfg);
+  const Decision d = select(cfg, reg.options());
   EXPECT_EQ(d.backend, fast);
   EXPECT_TRUE(d.tuned);
   EXPECT_EQ(d.block_size, 16);
@@ -167,14 +168,14 @@ TEST_F(Tuned, TiesGoToPriority) {
 }
 
 TEST_F(Tuned, InvalidRecordedChoicesAreNeverSelected) {
-  const std::string other = add_synthetic("tother", synthetic_caps(hs + 5000), 0);  // cannot serve this head size
+  const std::string other = reg.add_synthetic("tother", synthetic_caps(hs + 5000), 0);  // cannot serve this head size
   use(file_for(cfg, {choice(fast, "", 16, 200, 900),
                      choice(other, "", 16, 1, 1),            // backend invalid for the layer
                      choice("no_such_backend", "", 16, 1, 1),  // backend unknown
                      choice(slow, "", 8, 1, 1),              // block size outside slow's rule
                      choice(slow, "avx9000", 16, 1, 1),      // a variant slow does not offer
                      choice(slow, "", 32, 0, 0)}));          // not measured
-  const Decision d = select(cfg);
+  const Decision d = select(cfg, reg.options());
   EXPECT_EQ(d.backend, fast);
   EXPECT_EQ(d.block_size, 16);
   EXPECT_TRUE(d.tuned);
@@ -182,7 +183,7 @@ TEST_F(Tuned, InvalidRecordedChoicesAreNeverSelected) {
 
 TEST_F(Tuned, PlanningTargetsIgnoreTuning) {
   use(file_for(cfg, {choice(fast, "", 16, 200, 900), choice(slow, "", 32, 100, 600)}));
-  SelectOptions o;
+  SelectOptions o = reg.options();
   o.platform = parse_platform("cpu:avx2");
   const Decision d = select(cfg, o);
   EXPECT_EQ(d.backend, fast);
@@ -198,18 +199,18 @@ TEST_F(Tuned, StaleOrForeignFilesAreIgnoredWithAWarning) {
   for (const auto& [file, why] : {std::pair{stale, "stale, written by attn 0.0.1"},
                                   std::pair{foreign, "tuned on another machine (Some Other CPU"}}) {
     use(file);
-    EXPECT_EQ(select(cfg).backend, fast) << why;
+    EXPECT_EQ(select(cfg, reg.options()).backend, fast) << why;
     EXPECT_NE(tuning_warning().find(why), std::string::npos) << tuning_warning();
   }
   use(ok);
-  EXPECT_EQ(select(cfg).backend, slow);
+  EXPECT_EQ(select(cfg, reg.options()).backend, slow);
 }
 
 TEST_F(Tuned, CorruptFilesAreIgnoredWithAWarning) {
   for (const std::string text : {"{not json", "[]", "{\"format\": 1}", "{\"format\": 99}",
                                  R"({"format":1,"attn_version":"x","fingerprint":"y","tuned_at":"z","configs":[{"key":1}]})"}) {
     use_text(text);
-    EXPECT_EQ(select(cfg).backend, fast) << text;
+    EXPECT_EQ(select(cfg, reg.options()).backend, fast) << text;
     EXPECT_NE(tuning_warning().find("corrupt ("), std::string::npos) << text << ": " << tuning_warning();
   }
 }
@@ -229,7 +230,7 @@ TEST_F(Tuned, MissingFileOrOffMeansPriorityWithoutWarning) {
 TEST_F(Tuned, TunedVariantFlowsIntoTheDecisionAndTheLayer) {
   LayerConfig llama;  // 32 heads, 8 KV heads, head 128, bf16
   use(file_for(llama, {choice("cpu_flash", "generic", 16, 10, 10), choice("cpu_flash", "avx9000", 16, 1, 1)}));
-  const Decision d = select(llama);
+  const Decision d = select(llama, reg.options());
   EXPECT_EQ(d.backend, "cpu_flash");
   EXPECT_EQ(d.variant, "generic");
   EXPECT_EQ(d.block_size, 16);

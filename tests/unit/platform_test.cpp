@@ -2,9 +2,15 @@
 // and "cuda:<major>.<minor>" are planning targets with fixed features; bad specs list the forms.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "attn/platform.hpp"
+#include "plugin/module_path.hpp"
+#include "selector/selector_test_util.hpp"
 #include "support/expect_error.hpp"
 
 namespace {
@@ -100,6 +106,30 @@ TEST(Platform, DetectedCudaWithoutModuleOrDeviceSaysWhy) {
   if (detect_cuda(p, why)) GTEST_SKIP() << "a CUDA device is present: " << p.to_string();
   EXPECT_FALSE(why.empty());
   EXPECT_TRUE(throws_error([] { parse_platform("cuda"); }, {"platform='cuda' unavailable", "cuda:9.0"}));
+}
+
+// detect_cuda looks where the registry loads modules from: $ATTN_MODULE_PATH first. A file there
+// that is not a library is tried first and its loader error reported.
+TEST(Platform, DetectedCudaHonoursModulePath) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("attn_module_path_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path bogus = dir / "libattn_cuda.so";
+  std::ofstream(bogus) << "not a shared library";
+  {
+    attn::test::ScopedEnv env("ATTN_MODULE_PATH", dir.string());
+    const std::vector<std::string> found = detail::module_candidates("attn_cuda");
+    ASSERT_FALSE(found.empty());
+    EXPECT_EQ(found.front(), bogus.string());
+    Platform p;
+    std::string why;
+    // With no module next to libattn, the bogus file is the only candidate and its error is the reason.
+    if (found.size() == 1) {
+      EXPECT_FALSE(detect_cuda(p, why));
+      EXPECT_NE(why.find(bogus.string()), std::string::npos) << why;
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Platform, FeatureNames) {

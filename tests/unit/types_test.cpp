@@ -64,8 +64,9 @@ TEST(Types, QuantizedKvCacheDTypes) {
   EXPECT_FALSE(is_quantized(KVCacheDType::float16));
   EXPECT_FALSE(is_quantized(KVCacheDType::bfloat16));
   for (KVCacheDType k : all_kv_cache_dtypes())
-    if (k != KVCacheDType::auto_ && k != KVCacheDType::float16 && k != KVCacheDType::bfloat16)
+    if (k != KVCacheDType::auto_ && k != KVCacheDType::float16 && k != KVCacheDType::bfloat16) {
       EXPECT_TRUE(is_quantized(k)) << to_string(k);
+    }
 }
 
 TEST(Types, KvStorageDType) {

@@ -38,6 +38,9 @@ void keep_matching(FigureSet& s, const std::string& filter) {
 std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, double dram_rw_gbps, int threads,
                                        const std::function<void(const std::string&)>& progress) {
   std::vector<FigureSet> sets;
+  // ATTN_CLI_HAVE_MLA_BENCH: libattn was built with the cpu_mla / cpu_sparse folders (see
+  // tools/attn/CMakeLists.txt); a build skipping them has no MLA figures to report.
+#ifdef ATTN_CLI_HAVE_MLA_BENCH
   if (selected("mla", filter)) {
     progress("mla");
     FigureSet s{"mla", "MLA decode vs DRAM, top-k sparse vs dense decode, block-sparse vs dense prefill", {}};
@@ -47,6 +50,7 @@ std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, do
     keep_matching(s, filter);
     sets.push_back(std::move(s));
   }
+#endif
   if (selected("mixer", filter)) {
     progress("mixer");
     FigureSet s{"mixer", "mixers: decode state bytes read + written vs the in-place read + write ceiling, chunked vs sequential prefill", {}};

@@ -107,14 +107,7 @@ int main(int argc, char** argv) {
     if (*cmd_run) return attn_cli::cmd_run(run);
     if (*cmd_check) return attn_cli::cmd_check(check);
     if (*cmd_tune) return attn_cli::cmd_tune(tune);
-    if (*cmd_bench) {
-#ifdef ATTN_CLI_HAVE_BENCH
-      return attn_cli::run_bench(bench);
-#else
-      std::cerr << "attn bench: not built (tools/attn/bench.cpp is missing)\n";
-      return 1;
-#endif
-    }
+    if (*cmd_bench) return attn_cli::run_bench(bench);
   } catch (const attn::Error& e) {
     std::fflush(stdout);
     std::cerr << "error: " << e.what() << "\n";

@@ -1,4 +1,5 @@
-// Benchmark workloads for cpu_mla / cpu_sparse / cpu_blocksparse (see attn/mla_bench.hpp).
+// Benchmark workloads for cpu_mla / cpu_sparse / cpu_blocksparse (see attn/mla_bench.hpp); in
+// this folder, which builds only together with cpu_mla (backend.cmake).
 // Caches are filled with random values directly and disjoint instances of each batch, together
 // at least 4× the last-level cache, are cycled, so a timed call reads memory the previous calls
 // did not leave in the cache.

@@ -1,0 +1,26 @@
+# Warning and sanitizer flags of the project's own C and C++ sources, as INTERFACE targets:
+#   attn_warnings   -Wall -Wextra (and -Werror with ATTN_WERROR=ON)
+#   attn_sanitizers ATTN_SANITIZE's / ATTN_FUZZ's instrumentation, compile and link
+# libattn links both PUBLIC inside the build tree only ($<BUILD_INTERFACE:>), so every test,
+# tool, bench, module and the Python extension built here gets them, and installed consumers
+# do not. The flags are g++/clang flags: COMPILE_LANGUAGE keeps them away from nvcc.
+set(ATTN_HOST_LANGUAGES "$<COMPILE_LANGUAGE:C,CXX>")
+
+add_library(attn_warnings INTERFACE)
+target_compile_options(attn_warnings INTERFACE
+  "$<${ATTN_HOST_LANGUAGES}:-Wall;-Wextra;-Wno-unused-parameter>"
+  "$<$<AND:${ATTN_HOST_LANGUAGES},$<BOOL:${ATTN_WERROR}>>:-Werror>")
+
+add_library(attn_sanitizers INTERFACE)
+if(ATTN_FUZZ)
+  # The library gets coverage instrumentation and the sanitizers; only the harness executables
+  # link libFuzzer's main (tests/fuzz/CMakeLists.txt).
+  target_compile_options(attn_sanitizers INTERFACE
+    "$<${ATTN_HOST_LANGUAGES}:-fsanitize=fuzzer-no-link,address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>")
+  target_link_options(attn_sanitizers INTERFACE -fsanitize=address,undefined)
+endif()
+if(ATTN_SANITIZE)
+  target_compile_options(attn_sanitizers INTERFACE
+    "$<${ATTN_HOST_LANGUAGES}:-fsanitize=${ATTN_SANITIZE};-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>")
+  target_link_options(attn_sanitizers INTERFACE -fsanitize=${ATTN_SANITIZE})
+endif()
