@@ -85,7 +85,13 @@ std::string layer_ranges(const std::vector<int>& v) {
     bool progression = step > 1;
     for (size_t i = 2; i < n && progression; ++i) progression = v[i] - v[i - 1] == step;
     if (progression)
-      return std::to_string(v[0]) + "," + std::to_string(v[1]) + "," + std::to_string(v[2]) + ",...," + std::to_string(v[n - 1]);
+    {
+      std::string out = std::to_string(v[0]);  // appended piece by piece: GCC 12's -Wrestrict misfires on "x" + temporary
+      for (size_t i : {size_t(1), size_t(2)}) (out += ',') += std::to_string(v[i]);
+      out += ",...,";
+      out += std::to_string(v[n - 1]);
+      return out;
+    }
   }
   std::string out;
   for (size_t i = 0; i < n;) {
@@ -93,9 +99,14 @@ std::string layer_ranges(const std::vector<int>& v) {
     while (j + 1 < n && v[j + 1] == v[j] + 1) ++j;
     if (!out.empty()) out += ',';
     if (j - i >= 2) {
-      out += std::to_string(v[i]) + "-" + std::to_string(v[j]);
+      out += std::to_string(v[i]);
+      out += '-';
+      out += std::to_string(v[j]);
     } else {
-      for (size_t k = i; k <= j; ++k) out += (k > i ? "," : "") + std::to_string(v[k]);
+      for (size_t k = i; k <= j; ++k) {
+        if (k > i) out += ',';
+        out += std::to_string(v[k]);
+      }
     }
     i = j + 1;
   }
