@@ -13,8 +13,8 @@
 #include <random>
 
 #include "attn/attn.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
-#include "backends/cpu_sparse/blocksparse_forward.hpp"
+#include "kernels/latent/mla_kernel.hpp"
+#include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
 namespace attn::testkit {
 namespace {
