@@ -270,8 +270,4 @@ Decision select_mamba(MambaType type, const MambaSelectOptions& options = {});
 void clear_mamba_selector_cache();
 SelectorCacheStats mamba_selector_cache_stats();
 
-/// Named benchmark figures: decode state bytes read + written ÷ time (GB/s, and as a fraction
-/// of `dram_rw_gbps`, the in-place read + write ceiling, when > 0), and the chunked prefill's speed-up over the sequential recurrence.
-std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, double dram_rw_gbps = 0.0);
-
 }  // namespace attn

@@ -12,8 +12,7 @@ namespace attn::test {
 Tolerance tolerance(DType io, DType kv, const std::vector<double>& ref) {
   double ref_max = 0;
   for (double r : ref) ref_max = std::max(ref_max, std::fabs(r));
-  const ToleranceRule rule = tolerance_rule(io, kv);
-  return {rule.atol_of_max * ref_max, rule.rtol};
+  return tolerance_rule(io, kv).scaled(ref_max);
 }
 
 uint64_t fresh_seed() {

@@ -1,5 +1,6 @@
 #pragma once
-// Shared test machinery: the tolerance table (the ONE place tolerances live), random ragged
+// Shared test machinery: the tolerance table's rule (testkit/tolerance_table.hpp, the ONE place
+// tolerances live), random ragged
 // batches over a paged cache (permuted / aliased block tables, NaN poison), an independent fp64
 // dense attention reference, and a comparison that also proves every output was written.
 #include <cstdint>
@@ -9,14 +10,10 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "support/tolerance_table.hpp"
+#include "testkit/tolerance_table.hpp"
 
 namespace attn::test {
 
-/// |out - ref| <= atol + rtol * |ref| element-wise (absolute numbers for one case).
-struct Tolerance {
-  double atol = 0, rtol = 0;
-};
 /// The table's rule (tolerance_table.hpp) for a case whose reference output is `ref`: the
 /// absolute part is scaled by max|ref|.
 Tolerance tolerance(DType io, DType kv_storage, const std::vector<double>& ref);

@@ -1,7 +1,7 @@
 #include "bench_sets.hpp"
 
-#include "attn/mamba.hpp"
-#include "attn/mla_bench.hpp"
+#include "testkit/mixer_bench.hpp"
+#include "testkit/mla_bench.hpp"
 
 namespace attn_cli {
 namespace {
@@ -38,13 +38,13 @@ void keep_matching(FigureSet& s, const std::string& filter) {
 std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, double dram_gbps, double dram_rw_gbps, int threads,
                                        const std::function<void(const std::string&)>& progress) {
   std::vector<FigureSet> sets;
-  // ATTN_CLI_HAVE_MLA_BENCH: libattn was built with the cpu_mla / cpu_sparse folders (see
+  // ATTN_CLI_HAVE_MLA_BENCH: libattn was built with the cpu_mla / cpu_sparse / cpu_blocksparse folders (see
   // tools/attn/CMakeLists.txt); a build skipping them has no MLA figures to report.
 #ifdef ATTN_CLI_HAVE_MLA_BENCH
   if (selected("mla", filter)) {
     progress("mla");
     FigureSet s{"mla", "MLA decode vs DRAM, top-k sparse vs dense decode, block-sparse vs dense prefill", {}};
-    for (const attn::BenchFigure& f : attn::mla_bench_figures(quick, dram_gbps, threads)) {
+    for (const attn::testkit::BenchFigure& f : attn::testkit::mla_bench_figures(quick, dram_gbps, threads)) {
       s.figures.push_back({"mla." + f.name, f.value, f.unit, f.note});
     }
     keep_matching(s, filter);
@@ -54,7 +54,7 @@ std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, do
   if (selected("mixer", filter)) {
     progress("mixer");
     FigureSet s{"mixer", "mixers: decode state bytes read + written vs the in-place read + write ceiling, chunked vs sequential prefill", {}};
-    for (const auto& [name, value] : attn::mixer_bench_figures(quick, dram_rw_gbps)) {
+    for (const auto& [name, value] : attn::testkit::mixer_bench_figures(quick, dram_rw_gbps)) {
       s.figures.push_back({"mixer." + name, value, mixer_unit(name), ""});
     }
     keep_matching(s, filter);

@@ -1,6 +1,6 @@
 #pragma once
 // The figure sets `attn bench` adds to its attention shapes: the MLA / sparse backends'
-// (attn::mla_bench_figures) and the mixers' (attn::mixer_bench_figures), each measured against
+// (attn::testkit::mla_bench_figures) and the mixers' (attn::testkit::mixer_bench_figures), each measured against
 // the DRAM bandwidth of the same run, and the per-step overhead of a 32-layer decode step
 // (bench_step.cpp). Keys are "mla.<figure>", "mixer.<figure>" and "step_<shape>.<figure>".
 #include <functional>

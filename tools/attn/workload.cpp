@@ -7,8 +7,6 @@
 
 #include "attn/error.hpp"
 #include "attn/registry.hpp"
-// The tolerance table is the test suite's, shared rather than copied (header-only).
-#include "../../tests/support/tolerance_table.hpp"
 
 namespace attn_cli {
 namespace {
@@ -190,7 +188,7 @@ Tolerance scaled(attn::test::ToleranceRule rule, const attn::Buffer& ref) {
   double ref_max = 0;
   for (int64_t i = 0; i < ref.view().numel(); ++i)
     ref_max = std::max(ref_max, std::fabs(double(attn::load_as_float(ref.data(), ref.dtype(), i))));
-  return {rule.atol_of_max * ref_max, rule.rtol};
+  return rule.scaled(ref_max);
 }
 
 }  // namespace

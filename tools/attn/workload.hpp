@@ -10,6 +10,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
+#include "testkit/tolerance_table.hpp"
 
 namespace attn_cli {
 
@@ -101,10 +102,8 @@ class LayerRunner {
 };
 
 /// |out - ref| <= atol + rtol·|ref| per element (absolute numbers for one comparison).
-struct Tolerance {
-  double atol = 0, rtol = 0;
-};
-/// The test suite's tolerance table (tests/support/tolerance_table.hpp) for the layer's dtype and
+using Tolerance = attn::test::Tolerance;
+/// The test suite's tolerance table (testkit/tolerance_table.hpp) for the layer's dtype and
 /// KV-cache storage, its absolute part scaled by max|ref|. Quantized caches add nothing: the
 /// backend and the reference dequantize the same stored values with the same scales (fp8_ds_mla
 /// with a 16-bit layer dtype: the reordered rule, as the oracle's cache rounds those values).

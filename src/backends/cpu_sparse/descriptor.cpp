@@ -1,9 +1,39 @@
 // cpu_sparse: DeepSeek V3.2 sparse attention (DSA) — MLA restricted to each token's top-k
-// cache positions. It shares cpu_mla's latent cache and kernel; only the key list differs, so
-// cost scales with topk, not with context length.
-#include "backends/cpu_mla/mla_impl.hpp"
+// cache positions. It shares cpu_mla's latent cache and kernel (src/kernels/latent); only the
+// key list differs, so cost scales with topk, not with context length.
+#include "attn/error.hpp"
+#include "kernels/latent/mla_impl.hpp"
 
 namespace attn {
+
+namespace mla {
+namespace {
+
+/// The MLA kernel restricted to per-token top-k positions (args.topk_indices: [num_tokens, topk]
+/// int32, positions within the token's sequence, -1 = padding; later positions than the token's
+/// own are skipped; a repeated position counts twice).
+class SparseMlaImpl final : public MlaImpl {
+ public:
+  explicit SparseMlaImpl(const LayerParams& params) : MlaImpl(params, "cpu_sparse") {}
+  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
+  std::string variant() const override { return variant_ + " topk"; }
+};
+
+RunResult SparseMlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
+  ATTN_REQUIRE(args.mla_form != MlaForm::expanded, "mla_form", "expanded",
+               "absorbed on a top-k sparse layer (the absorbed form reads only the listed positions)");
+  const TensorView& idx = args.topk_indices;
+  ATTN_REQUIRE(idx.data != nullptr || idx.ndim != 0, "topk_indices", "unset",
+               "[num_tokens, topk] int32 indices in ForwardArgs on a use_sparse layer");
+  check_tensor(idx, "topk_indices", 2, {DType::int32}, {plan.metadata().num_tokens, -1});
+  ATTN_REQUIRE(idx.size(1) > 0, "topk_indices.shape[1]", idx.size(1), "at least 1 (topk)");
+  begin_run(plan, args);
+  absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, &idx);
+  return {variant_, "absorbed"};
+}
+
+}  // namespace
+}  // namespace mla
 
 BackendDescriptor cpu_sparse_descriptor() {
   BackendDescriptor d = mla::mla_descriptor_base();

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
+#include "kernels/latent/mla_kernel.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 

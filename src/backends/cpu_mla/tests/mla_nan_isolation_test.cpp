@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "attn/attn.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
-#include "backends/cpu_mla/tests/plant_nonfinite.hpp"
+#include "kernels/latent/mla_kernel.hpp"
+#include "support/plant_nonfinite.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 

@@ -1,9 +1,8 @@
-// Benchmark workloads for cpu_mla / cpu_sparse / cpu_blocksparse (see attn/mla_bench.hpp); in
-// this folder, which builds only together with cpu_mla (backend.cmake).
+// Benchmark workloads for cpu_mla / cpu_sparse / cpu_blocksparse (see testkit/mla_bench.hpp).
 // Caches are filled with random values directly and disjoint instances of each batch, together
 // at least 4× the last-level cache, are cycled, so a timed call reads memory the previous calls
 // did not leave in the cache.
-#include "attn/mla_bench.hpp"
+#include "testkit/mla_bench.hpp"
 
 #include <omp.h>
 
@@ -14,10 +13,10 @@
 #include <random>
 
 #include "attn/attn.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
-#include "backends/cpu_sparse/blocksparse_forward.hpp"
+#include "kernels/latent/mla_kernel.hpp"
+#include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
-namespace attn {
+namespace attn::testkit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -265,4 +264,4 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
   return f;
 }
 
-}  // namespace attn
+}  // namespace attn::testkit

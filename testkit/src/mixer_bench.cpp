@@ -2,6 +2,8 @@
 // read + written per second (against DRAM bandwidth, states rotated over a pool >= 4x the
 // last-level cache), and the chunked prefill's speed-up over the sequential recurrence on the
 // same backend at 2048 tokens (the two interleaved, medians).
+#include "testkit/mixer_bench.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,7 +16,7 @@
 
 #include "attn/mamba.hpp"
 
-namespace attn {
+namespace attn::testkit {
 namespace {
 
 struct Layer {
@@ -209,4 +211,4 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
   return figures;
 }
 
-}  // namespace attn
+}  // namespace attn::testkit

@@ -1,4 +1,4 @@
-#include "backends/cpu_sparse/blocksparse_forward.hpp"
+#include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
 #include <omp.h>
 
@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "attn/error.hpp"
-#include "backends/cpu_mla/attend_tiles.hpp"
-#include "backends/cpu_mla/mla_forward.hpp"
+#include "kernels/latent/attend_tiles.hpp"
+#include "kernels/latent/mla_forward.hpp"
 
 namespace attn::blocksparse {
 

@@ -1,5 +1,6 @@
 #pragma once
-/// Benchmark figures of the MLA / sparse backends, for `attn bench`:
+/// Benchmark figures of the MLA / sparse backends, for `attn bench` (attn_testkit: not part of
+/// libattn's API):
 ///   mla_decode.*        cpu_mla decode (16 heads), latent cache bytes read ÷ time vs DRAM bandwidth
 ///                       and vs the roofline min(DRAM, product peak ÷ (1.89 · heads flop/byte))
 ///   mla_decode_h128.*   the same with 128 heads (compute-bound on CPUs without AMX)
@@ -9,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace attn {
+namespace attn::testkit {
 
 struct BenchFigure {
   std::string name;   // "mla_decode.gbs"
@@ -23,4 +24,4 @@ struct BenchFigure {
 /// quick: smaller shapes and fewer repetitions (seconds instead of tens of seconds).
 std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int threads = 0);
 
-}  // namespace attn
+}  // namespace attn::testkit

@@ -1,4 +1,4 @@
-#include "backends/cpu_mla/attend_tiles.hpp"
+#include "kernels/latent/attend_tiles.hpp"
 
 #include <omp.h>
 
@@ -6,8 +6,8 @@
 #include <atomic>
 #include <cmath>
 
-#include "backends/cpu_mla/mla_forward.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
+#include "kernels/latent/mla_forward.hpp"
+#include "kernels/latent/mla_kernel.hpp"
 
 namespace attn::mla {
 namespace {

@@ -1,9 +1,14 @@
 #pragma once
 // Test helper for NaN isolation: writes NaN or Inf into every K and V element a cache holds for
 // one position of a sequence (positions past seq_len address the unused slots of its last
-// block), in the cache's storage dtype.
+// block), in the cache's storage dtype; and the row check those tests share.
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "attn/kv_cache.hpp"
 #include "attn/metadata.hpp"
@@ -52,6 +57,15 @@ inline void plant_nonfinite(const KVCache& cache, const BatchMetadata& md, int s
 inline void plant_in_tail_slots(const KVCache& cache, const BatchMetadata& md, int s, bool inf) {
   const int64_t len = md.seq_lens[s];
   for (int64_t p = len; p % md.block_size != 0; ++p) plant_nonfinite(cache, md, s, p, inf);
+}
+
+/// Row `t` (of `row` values) of `got` is finite and bit for bit `finite`'s.
+inline void expect_rows_equal(const std::vector<double>& got, const std::vector<double>& finite, int t, size_t row,
+                              const std::string& what) {
+  for (size_t i = t * row; i < (t + 1) * row; ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " token " << t << " element " << i - t * row;
+    ASSERT_EQ(got[i], finite[i]) << what << " token " << t << " element " << i - t * row;
+  }
 }
 
 }  // namespace attn::test

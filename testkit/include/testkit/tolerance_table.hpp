@@ -1,7 +1,7 @@
 #pragma once
 // THE tolerance table: how far a correct kernel's output may be from the fp64 reference, by the
-// q/out dtype and the KV cache's storage dtype. Header-only so the CLI (`attn check`, `attn run`)
-// includes the same numbers as the test suite.
+// q/out dtype and the KV cache's storage dtype. In attn_testkit, so the test suite and the CLI
+// (`attn check`, `attn run`) hold kernels to the same numbers.
 //
 // Why these numbers. The reference reads exactly the values the cache stores (dequantized), so a
 // correct kernel differs from it only by
@@ -20,9 +20,17 @@
 
 namespace attn::test {
 
+/// |out - ref| <= atol + rtol * |ref| element-wise (absolute numbers for one case).
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+
 struct ToleranceRule {
   double atol_of_max = 0;  // absolute part, as a fraction of max|ref| over the case
   double rtol = 0;         // relative part, of |ref| element-wise
+
+  /// The rule's numbers for a case whose largest reference output is `ref_max` = max|ref|.
+  constexpr Tolerance scaled(double ref_max) const { return {atol_of_max * ref_max, rtol}; }
 };
 
 constexpr double kBf16Ulp = 1.0 / 128;   // 2^-7: one ulp at 1 (8 significant bits)

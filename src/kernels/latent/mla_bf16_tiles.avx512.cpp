@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu_mla/mla_bf16.hpp"
+#include "kernels/latent/mla_bf16.hpp"
 
 namespace attn::mla::bf16dot {
 namespace {

@@ -2,8 +2,8 @@
 // BLOCKSPARSE_FLASH_ATTN) over the regular NHD paged cache; masked blocks are skipped entirely.
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
-#include "backends/cpu_sparse/blocksparse_forward.hpp"
+#include "kernels/latent/mla_kernel.hpp"
+#include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
 namespace attn {
 namespace {

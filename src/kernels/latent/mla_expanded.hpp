@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backends/cpu_mla/mla_forward.hpp"
+#include "kernels/latent/mla_forward.hpp"
 
 namespace attn::mla {
 

@@ -1,4 +1,4 @@
-#include "backends/cpu_mla/mla_impl.hpp"
+#include "kernels/latent/mla_impl.hpp"
 
 #include <cmath>
 
@@ -93,19 +93,6 @@ RunResult MlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
   }
   begin_run(plan, args);
   absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, nullptr);
-  return {variant_, "absorbed"};
-}
-
-RunResult SparseMlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
-  ATTN_REQUIRE(args.mla_form != MlaForm::expanded, "mla_form", "expanded",
-               "absorbed on a top-k sparse layer (the absorbed form reads only the listed positions)");
-  const TensorView& idx = args.topk_indices;
-  ATTN_REQUIRE(idx.data != nullptr || idx.ndim != 0, "topk_indices", "unset",
-               "[num_tokens, topk] int32 indices in ForwardArgs on a use_sparse layer");
-  check_tensor(idx, "topk_indices", 2, {DType::int32}, {plan.metadata().num_tokens, -1});
-  ATTN_REQUIRE(idx.size(1) > 0, "topk_indices.shape[1]", idx.size(1), "at least 1 (topk)");
-  begin_run(plan, args);
-  absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, &idx);
   return {variant_, "absorbed"};
 }
 

@@ -1,4 +1,4 @@
-#include "backends/cpu_mla/mla_expanded.hpp"
+#include "kernels/latent/mla_expanded.hpp"
 
 #include <omp.h>
 

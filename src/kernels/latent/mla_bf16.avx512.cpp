@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
-#include "backends/cpu_mla/mla_avx512_math.hpp"
-#include "backends/cpu_mla/mla_bf16.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
+#include "kernels/latent/mla_avx512_math.hpp"
+#include "kernels/latent/mla_bf16.hpp"
+#include "kernels/latent/mla_kernel.hpp"
 
 namespace attn::mla {
 namespace bf16dot {

@@ -1,4 +1,4 @@
-#include "backends/cpu_mla/mla_forward.hpp"
+#include "kernels/latent/mla_forward.hpp"
 
 #include <omp.h>
 
@@ -8,8 +8,8 @@
 
 #include "attn/error.hpp"
 #include "attn/numeric.hpp"
-#include "backends/cpu_mla/attend_tiles.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
+#include "kernels/latent/attend_tiles.hpp"
+#include "kernels/latent/mla_kernel.hpp"
 
 namespace attn::mla {
 

@@ -12,7 +12,7 @@
 //                                              B = the entries' latent part packed as key pairs
 // q is split into bf16 hi + lo parts when it is not exactly bf16 (f32 / f16 I/O), so the scores
 // keep fp32-like accuracy; only P is rounded to bf16.
-#include "backends/cpu_mla/mla_kernel.hpp"
+#include "kernels/latent/mla_kernel.hpp"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
-#include "backends/cpu_mla/mla_avx512_math.hpp"
+#include "kernels/latent/mla_avx512_math.hpp"
 
 #define ATTN_AMX_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))

@@ -1,12 +1,12 @@
 #pragma once
-/// The MLA layer implementation shared by cpu_mla (dense) and cpu_sparse (top-k sparse MLA):
-/// absorbed-form forward over the latent cache, plus the expanded prefill form.
+/// The MLA layer implementation shared by cpu_mla (dense) and cpu_sparse (top-k sparse MLA, which
+/// derives from it): absorbed-form forward over the latent cache, plus the expanded prefill form.
 #include <memory>
 #include <string>
 
 #include "attn/backend.hpp"
-#include "backends/cpu_mla/mla_expanded.hpp"
-#include "backends/cpu_mla/mla_kernel.hpp"
+#include "kernels/latent/mla_expanded.hpp"
+#include "kernels/latent/mla_kernel.hpp"
 
 namespace attn::mla {
 
@@ -25,16 +25,6 @@ class MlaImpl : public AttentionImpl {
   MlaShape shape_;
   UpProjections up_;
   std::string variant_;
-};
-
-/// cpu_sparse's implementation: the same kernel restricted to per-token top-k positions
-/// (args.topk_indices: [num_tokens, topk] int32, positions within the token's sequence, -1 =
-/// padding; later positions than the token's own are skipped; a repeated position counts twice).
-class SparseMlaImpl final : public MlaImpl {
- public:
-  explicit SparseMlaImpl(const LayerParams& params) : MlaImpl(params, "cpu_sparse") {}
-  RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
-  std::string variant() const override { return variant_ + " topk"; }
 };
 
 /// The softmax scale for an MLA layer: params.scale, else 1/sqrt(qk_nope + qk_rope) (the

@@ -5,7 +5,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
-#include "backends/cpu_sparse/blocksparse_pattern.hpp"
+#include "backends/cpu_blocksparse/blocksparse_pattern.hpp"
 
 namespace attn::blocksparse {
 
