@@ -23,6 +23,7 @@ enum class ReasonField : uint8_t {
   platform, module, head_size, head_size_v, dtype, kv_cache_dtype, block_size, use_mm_prefix, use_mla, has_sink,
   use_sparse, use_block_sparse, is_attention_free, use_per_head_quant_scales, compute_capability, cpu_features,
   attn_type, sliding_window, logits_soft_cap, use_alibi, use_non_causal, use_batch_invariant, use_kv_connector,
+  mamba_type,  // mixer selection: the layer's MambaType is not one the mixer backend serves
   other
 };
 std::string_view to_string(ReasonField f);  // "dtype", ...; "" for other

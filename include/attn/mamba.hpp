@@ -264,8 +264,9 @@ struct MambaSelectOptions {
 
 /// The mixer backend for a layer type: a deterministic mapping (mamba1→mamba1, mamba2→mamba2,
 /// short_conv→short_conv, linear_attention→linear, gdn_attention→gdn, custom→the registered
-/// one). Cached and thread-safe. The Decision's config stays default; its notes name the type,
-/// its candidates list every mixer backend with the reason it does not serve the type.
+/// one). Memoised and thread-safe like select() (the same memo, forced-backend precedence and
+/// unknown-backend error; names ignore case). The Decision has no config; its notes name the
+/// type, its candidates list every mixer backend with a `mamba_type` reason where it does not serve it.
 Decision select_mamba(MambaType type, const MambaSelectOptions& options = {});
 void clear_mamba_selector_cache();
 SelectorCacheStats mamba_selector_cache_stats();

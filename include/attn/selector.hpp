@@ -48,7 +48,7 @@ std::string to_json(const Candidate& candidate);
 struct Decision {
   std::string backend;           // the chosen backend
   std::string variant;           // its kernel variant on this platform (may be empty)
-  LayerConfig config;
+  std::optional<LayerConfig> config;  // the attention layer decided for; empty for a mixer (select_mamba)
   std::string platform;          // Platform::to_string()
   std::string forced_by;         // "", "argument", "config", "per_kind", "env ATTN_BACKEND"
   int block_size = 0;            // the user's, else the measured fastest (tuned), else the backend's preferred

@@ -157,7 +157,7 @@ class Candidate:
 class Decision:
     backend: str
     variant: str
-    config: LayerConfig
+    config: Optional[LayerConfig]  # None for a mixer layer's decision (select_mamba)
     platform: str
     forced_by: str
     block_size: int

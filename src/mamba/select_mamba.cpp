@@ -1,40 +1,25 @@
 // select_mamba: MambaType (× forced backend) → Decision. The mapping is the registry's data
-// (each descriptor lists the types it serves; the first registered wins), cached, thread-safe.
-#include <atomic>
-#include <cstdlib>
-#include <map>
-#include <mutex>
-#include <shared_mutex>
-#include <tuple>
-
-#include "core/names.hpp"
-#include "attn/error.hpp"
+// (each descriptor lists the types it serves; the first registered wins). The memo, the
+// forced-backend precedence and the unknown-backend error are the attention selector's
+// (select/selection.hpp).
 #include "attn/mamba.hpp"
+
+#include "attn/error.hpp"
+#include "core/names.hpp"
 #include "mamba/mixer_registry.hpp"
+#include "select/selection.hpp"
 
 namespace attn {
 
 namespace {
 
-struct Key {
-  MambaType type;
-  std::string forced, forced_by, platform;
-  uint64_t generation;
-  bool operator<(const Key& o) const {
-    return std::tie(type, forced, forced_by, platform, generation) <
-           std::tie(o.type, o.forced, o.forced_by, o.platform, o.generation);
-  }
-};
+using detail::ForcedBackend;
+using detail::Outcome;
+using Memo = detail::SelectionMemo<MambaType, std::hash<MambaType>>;
 
-struct Cache {
-  std::shared_mutex mu;
-  std::map<Key, Decision> decisions;
-  std::atomic<uint64_t> hits{0}, misses{0};
-};
-
-Cache& cache() {
-  static Cache c;
-  return c;
+Memo& memo() {
+  static Memo m;
+  return m;
 }
 
 bool serves(const MixerDescriptor& d, MambaType t) {
@@ -49,96 +34,61 @@ std::string types_text(const MixerDescriptor& d) {
   return join(names);
 }
 
-Decision decide(MambaType type, const std::string& forced, const std::string& forced_by, const Platform& platform) {
+Outcome decide(MambaType type, const ForcedBackend& forced, const Platform& platform) {
+  Outcome o;
+  o.error_always = true;  // select_mamba has no explain(): every error throws
+  const std::string type_name(to_string(type));
+  const auto forced_desc = forced.name.empty() ? nullptr : find_mixer(forced.name);  // any case
+  if (!forced.name.empty() && !forced_desc) {
+    o.error = detail::unknown_backend_error("mixer", forced, mixer_backend_names());
+    return o;
+  }
   const auto backends = mixer_backends();
-  Decision d;
+  Decision& d = o.decision;
   d.platform = platform.to_string();
-  d.forced_by = forced_by;
-  d.notes.push_back("mixer layer: mamba_type=" + std::string(to_string(type)));
-  std::shared_ptr<const MixerDescriptor> chosen;
+  d.forced_by = forced.by;
+  d.notes.push_back("mixer layer: mamba_type=" + type_name);
+  std::shared_ptr<const MixerDescriptor> chosen = forced_desc;
   std::vector<std::string> would_serve;
   for (std::size_t i = 0; i < backends.size(); ++i) {
     const MixerDescriptor& b = *backends[i];
-    Candidate c;
-    c.backend = b.name;
-    c.priority = int(i);
-    c.valid = serves(b, type);
+    Candidate c{b.name, serves(b, type), int(i), {}};
     if (c.valid) {
       would_serve.push_back(b.name);
-      if (!chosen && forced.empty()) chosen = backends[i];
+      if (!chosen) chosen = backends[i];
     } else {
-      c.reasons.push_back(Reason{"mamba_type", std::string(to_string(type)), "one of " + types_text(b)});
+      c.reasons.push_back(Reason{ReasonField::mamba_type, type_name, "one of " + types_text(b)});
     }
     d.candidates.push_back(std::move(c));
   }
-  if (!forced.empty()) {
-    auto f = find_mixer(forced);
-    if (!f) {
-      throw Error("mixer backend '" + forced + "' (forced by " + forced_by +
-                  ") unknown: known mixer backends are " + join(mixer_backend_names()));
-    }
-    if (!serves(*f, type)) {
-      throw Error("mixer backend '" + forced + "' (forced by " + forced_by + ") cannot serve mamba_type=" +
-                  std::string(to_string(type)) + ": it serves " + types_text(*f) + "; backends that would: " +
-                  (would_serve.empty() ? std::string("none") : join(would_serve)));
-    }
-    chosen = f;
+  if (forced_desc && !serves(*forced_desc, type)) {
+    o.error = "mixer backend '" + forced.name + "' (forced by " + forced.by + ") cannot serve mamba_type=" + type_name +
+              ": it serves " + types_text(*forced_desc) + "; backends that would: " +
+              (would_serve.empty() ? std::string("none") : join(would_serve));
+    return o;
   }
   if (!chosen) {
-    throw Error("no mixer backend serves mamba_type=" + std::string(to_string(type)) +
-                " (known mixer backends: " + join(mixer_backend_names()) +
-                "); provide one with attn::register_mixer(MixerDescriptor{.types = {MambaType::" +
-                std::string(to_string(type)) + "}, ...})");
+    o.error = "no mixer backend serves mamba_type=" + type_name + " (known mixer backends: " + join(mixer_backend_names()) +
+              "); provide one with attn::register_mixer(MixerDescriptor{.types = {MambaType::" + type_name + "}, ...})";
+    return o;
   }
   d.backend = chosen->name;
   d.variant = chosen->variant ? chosen->variant(platform) : std::string();
-  return d;
+  return o;
 }
 
 }  // namespace
 
 Decision select_mamba(MambaType type, const MambaSelectOptions& options) {
-  std::string forced, forced_by;
-  if (!detail::is_auto_backend(options.backend)) {
-    forced = options.backend;
-    forced_by = "argument";
-  } else if (options.use_env) {
-    const char* env = std::getenv("ATTN_MAMBA_BACKEND");
-    if (env && !detail::is_auto_backend(env)) {
-      forced = env;
-      forced_by = "env ATTN_MAMBA_BACKEND";
-    }
-  }
-  const Platform platform = options.platform ? *options.platform : detect_cpu();
-  const Key key{type, forced, forced_by, platform.fingerprint(), mixer_registry_generation()};
-  Cache& c = cache();
-  {
-    std::shared_lock lock(c.mu);
-    auto it = c.decisions.find(key);
-    if (it != c.decisions.end()) {
-      ++c.hits;
-      return it->second;
-    }
-  }
-  Decision d = decide(type, forced, forced_by, platform);  // throws: errors are not cached
-  ++c.misses;
-  std::unique_lock lock(c.mu);
-  c.decisions.emplace(key, d);
-  return d;
+  // Precedence: argument > env ATTN_MAMBA_BACKEND.
+  ForcedBackend forced = detail::forced_backend({{options.backend, "argument"}}, options.use_env, "ATTN_MAMBA_BACKEND");
+  const Platform& platform = options.platform ? *options.platform : detect_cpu();
+  Memo::Key key{type, detail::platform_key(platform, options.platform.has_value()), forced, mixer_registry_generation()};
+  return detail::decision_or_throw(memo().get(std::move(key), [&] { return decide(type, forced, platform); }));
 }
 
-void clear_mamba_selector_cache() {
-  Cache& c = cache();
-  std::unique_lock lock(c.mu);
-  c.decisions.clear();
-  c.hits = 0;
-  c.misses = 0;
-}
+void clear_mamba_selector_cache() { memo().clear(); }
 
-SelectorCacheStats mamba_selector_cache_stats() {
-  Cache& c = cache();
-  std::shared_lock lock(c.mu);
-  return SelectorCacheStats{c.hits.load(), c.misses.load(), c.decisions.size()};
-}
+SelectorCacheStats mamba_selector_cache_stats() { return memo().stats(); }
 
 }  // namespace attn

@@ -51,7 +51,8 @@ const detail::NameTable<ReasonField>& field_table() {
       {F::use_per_head_quant_scales, "use_per_head_quant_scales"}, {F::compute_capability, "compute_capability"},
       {F::cpu_features, "cpu_features"}, {F::attn_type, "attn_type"}, {F::sliding_window, "sliding_window"},
       {F::logits_soft_cap, "logits_soft_cap"}, {F::use_alibi, "use_alibi"}, {F::use_non_causal, "use_non_causal"},
-      {F::use_batch_invariant, "use_batch_invariant"}, {F::use_kv_connector, "use_kv_connector"}, {F::other, ""}};
+      {F::use_batch_invariant, "use_batch_invariant"}, {F::use_kv_connector, "use_kv_connector"},
+      {F::mamba_type, "mamba_type"}, {F::other, ""}};
   return t;
 }
 

@@ -9,9 +9,12 @@ std::string Decision::to_text() const {
   if (!variant.empty()) s += " [" + variant + "]";
   if (!forced_by.empty()) s += " (forced by " + forced_by + ")";
   if (!slow_path.empty()) s += "\nslow reference path: " + slow_path;
-  s += "\nplatform: " + platform + "\nlayer: " + config.to_string();
-  s += "\nblock_size: " + std::to_string(block_size) +
-       (block_size_from_user ? " (user)" : tuned ? " (measured fastest)" : " (backend's preferred)");
+  s += "\nplatform: " + platform;
+  if (config) {  // a mixer's decision has no attention config and no block size (its notes name the type)
+    s += "\nlayer: " + config->to_string();
+    s += "\nblock_size: " + std::to_string(block_size) +
+         (block_size_from_user ? " (user)" : tuned ? " (measured fastest)" : " (backend's preferred)");
+  }
   s += "\ncandidates:";
   for (auto& c : candidates) {
     s += "\n  " + std::string(c.backend == backend ? "* " : "  ") + c.backend + " (priority " + std::to_string(c.priority) +

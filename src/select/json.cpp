@@ -61,7 +61,7 @@ nlohmann::json json_of(const Decision& d) {
   for (const Candidate& c : d.candidates) candidates.push_back(json_of(c));
   return {{"backend", d.backend}, {"variant", d.variant}, {"platform", d.platform}, {"forced_by", d.forced_by},
           {"block_size", d.block_size}, {"block_size_from_user", d.block_size_from_user}, {"tuned", d.tuned},
-          {"config", json_of(d.config)}, {"candidates", candidates}, {"notes", d.notes}, {"slow_path", d.slow_path}};
+          {"config", d.config ? json_of(*d.config) : nlohmann::json()}, {"candidates", candidates}, {"notes", d.notes}, {"slow_path", d.slow_path}};
 }
 
 }  // namespace detail

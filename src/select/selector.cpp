@@ -1,64 +1,32 @@
 // The selector: reads capabilities and priorities from the registry; names no backend.
 #include "attn/selector.hpp"
 
-#include <atomic>
-#include <cstdlib>
-#include <shared_mutex>
-#include <unordered_map>
-#include <variant>
-
 #include "attn/error.hpp"
 #include "attn/registry.hpp"
 #include "attn/tune.hpp"
 #include "core/log.hpp"
 #include "core/names.hpp"
 #include "select/measured.hpp"
+#include "select/selection.hpp"
 
 namespace attn {
 namespace {
 
+using detail::ForcedBackend;
+using detail::Outcome;
+using Memo = detail::SelectionMemo<LayerConfig, LayerConfigHash>;
+
 // Precedence: per-kind override > explicit argument > config > env ATTN_BACKEND.
-std::pair<std::string, std::string> forced_backend(const LayerConfig& c, const SelectOptions& o) {
+ForcedBackend forced_backend(const LayerConfig& c, const SelectOptions& o) {
   auto it = o.per_kind.find(c.kind());
-  if (it != o.per_kind.end() && !detail::is_auto_backend(it->second)) return {it->second, "per_kind"};
-  if (!detail::is_auto_backend(o.backend)) return {o.backend, "argument"};
-  if (!detail::is_auto_backend(o.config_backend)) return {o.config_backend, "config"};
-  if (o.use_env)
-    if (const char* env = std::getenv("ATTN_BACKEND"); env && !detail::is_auto_backend(env)) return {env, "env ATTN_BACKEND"};
-  return {"", ""};
+  const std::string_view per_kind = it != o.per_kind.end() ? std::string_view(it->second) : std::string_view();
+  return detail::forced_backend({{per_kind, "per_kind"}, {o.backend, "argument"}, {o.config_backend, "config"}}, o.use_env,
+                                "ATTN_BACKEND");
 }
 
-struct Key {
-  LayerConfig config;
-  std::string platform;
-  std::string forced;
-  std::string forced_by;
-  uint64_t generation;
-  bool operator==(const Key&) const = default;
-};
-struct KeyHash {
-  std::size_t operator()(const Key& k) const {
-    std::size_t h = k.config.hash();
-    for (const std::string* s : {&k.platform, &k.forced, &k.forced_by}) h = h * 1099511628211ull ^ std::hash<std::string>{}(*s);
-    return h ^ k.generation;
-  }
-};
-
-// A computed outcome: the decision, or the error message select() must throw.
-struct Outcome {
-  Decision decision;
-  std::string error;        // non-empty: select() throws this
-  bool error_always = false;  // also thrown by explain() (forced-backend errors)
-};
-
-struct Cache {
-  std::shared_mutex mu;
-  std::unordered_map<Key, Outcome, KeyHash> map;
-  std::atomic<uint64_t> hits{0}, misses{0};
-};
-Cache& cache() {
-  static Cache c;
-  return c;
+Memo& memo() {
+  static Memo m;
+  return m;
 }
 
 std::string reasons_text(const std::vector<Reason>& rs) {
@@ -78,7 +46,9 @@ std::vector<Candidate> check_all(Registry& reg, const LayerConfig& c, const Plat
   return out;
 }
 
-Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const std::string& forced, const std::string& forced_by) {
+Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const ForcedBackend& f) {
+  const std::string& forced = f.name;
+  const std::string& forced_by = f.by;
   Outcome o;
   Decision& d = o.decision;
   d.config = c;
@@ -86,7 +56,7 @@ Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const st
   d.forced_by = forced_by;
   const auto forced_desc = forced.empty() ? nullptr : reg.find(forced);
   if (!forced.empty() && !forced_desc) {
-    o.error = "Unknown attention backend: '" + forced + "' (from " + forced_by + "). Valid options are: " + join(reg.names());
+    o.error = detail::unknown_backend_error("attention", f, reg.names());
     o.error_always = true;
     return o;
   }
@@ -163,57 +133,30 @@ Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const st
 Outcome lookup(const LayerConfig& config, const SelectOptions& options) {
   config.validate();
   const Platform& p = options.platform ? *options.platform : detect_cpu();
-  auto [forced, forced_by] = forced_backend(config, options);
-  // This machine's fingerprint never changes: compute it once, not per lookup.
-  static const std::string detected_fingerprint = detect_cpu().fingerprint();
-  std::string fingerprint = options.platform ? p.fingerprint() + (p.detected ? "" : "/planned") : detected_fingerprint;
+  ForcedBackend forced = forced_backend(config, options);
   Registry& reg = options.registry ? *options.registry : Registry::instance();
   // Generations are unique across registries, so the key also tells registries apart.
-  Key key{config, std::move(fingerprint), std::move(forced), std::move(forced_by), reg.generation()};
-  Cache& c = cache();
-  {
-    std::shared_lock lock(c.mu);
-    auto it = c.map.find(key);
-    if (it != c.map.end()) {
-      c.hits.fetch_add(1, std::memory_order_relaxed);
-      return it->second;
-    }
-  }
-  c.misses.fetch_add(1, std::memory_order_relaxed);
-  Outcome o = compute(reg, config, p, key.forced, key.forced_by);
-  if (o.error.empty())
-    log_info_once(key.platform + config.to_string() + key.forced,
-                  "Using " + o.decision.backend + " for " + config.kind() + " layer (" + o.decision.platform + ")");
-  std::unique_lock lock(c.mu);
-  return c.map.emplace(std::move(key), std::move(o)).first->second;
+  Memo::Key key{config, detail::platform_key(p, options.platform.has_value()), forced, reg.generation()};
+  return memo().get(std::move(key), [&] { return compute(reg, config, p, forced); },
+                    [&](const Memo::Key& k, const Outcome& o) {
+                      if (o.error.empty())
+                        log_info_once(k.platform + config.to_string() + k.forced.name,
+                                      "Using " + o.decision.backend + " for " + config.kind() + " layer (" + o.decision.platform + ")");
+                    });
 }
 
 }  // namespace
 
 Decision select(const LayerConfig& config, const SelectOptions& options) {
-  Outcome o = lookup(config, options);
-  if (!o.error.empty()) throw Error(o.error);
-  return o.decision;
+  return detail::decision_or_throw(lookup(config, options));
 }
 
 Decision explain(const LayerConfig& config, const SelectOptions& options) {
-  Outcome o = lookup(config, options);
-  if (!o.error.empty() && o.error_always) throw Error(o.error);
-  return o.decision;
+  return detail::decision_or_throw(lookup(config, options), true);
 }
 
-void clear_selector_cache() {
-  Cache& c = cache();
-  std::unique_lock lock(c.mu);
-  c.map.clear();
-  c.hits = 0;
-  c.misses = 0;
-}
+void clear_selector_cache() { memo().clear(); }
 
-SelectorCacheStats selector_cache_stats() {
-  Cache& c = cache();
-  std::shared_lock lock(c.mu);
-  return {c.hits.load(), c.misses.load(), c.map.size()};
-}
+SelectorCacheStats selector_cache_stats() { return memo().stats(); }
 
 }  // namespace attn

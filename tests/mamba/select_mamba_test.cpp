@@ -143,5 +143,147 @@ TEST(SelectMamba, CreateMixerRejectsUnknownAndMismatchedBackends) {
   EXPECT_EQ(create_mixer("mamba1", p)->variant().empty(), false);
 }
 
+// The tests below share the attention selector's machinery (select/selection.hpp): one memo,
+// one forced-backend precedence, one unknown-backend error, ReasonField reasons.
+
+TEST(SelectMambaCore, ForcedNamesAndAutoIgnoreCase) {
+  EnvGuard env;
+  MambaSelectOptions opt;
+  opt.backend = "MAMBA2";
+  const Decision upper = select_mamba(MambaType::mamba2, opt);
+  EXPECT_EQ(upper.backend, "mamba2");  // the registered spelling
+  EXPECT_EQ(upper.forced_by, "argument");
+  opt.backend = "Auto";
+  const Decision automatic = select_mamba(MambaType::mamba2, opt);
+  EXPECT_EQ(automatic.backend, "mamba2");
+  EXPECT_EQ(automatic.forced_by, "");
+  setenv("ATTN_MAMBA_BACKEND", "Short_Conv", 1);
+  const Decision by_env = select_mamba(MambaType::short_conv);
+  EXPECT_EQ(by_env.backend, "short_conv");
+  EXPECT_EQ(by_env.forced_by, "env ATTN_MAMBA_BACKEND");
+}
+
+TEST(SelectMambaCore, ArgumentThenEnvThenNone) {
+  EnvGuard env;
+  setenv("ATTN_MAMBA_BACKEND", "gdn", 1);
+  MambaSelectOptions opt;
+  opt.backend = "auto";  // forces nothing: the env decides
+  EXPECT_EQ(select_mamba(MambaType::gdn_attention, opt).forced_by, "env ATTN_MAMBA_BACKEND");
+  opt.backend = "gdn";
+  EXPECT_EQ(select_mamba(MambaType::gdn_attention, opt).forced_by, "argument");
+  opt.backend = "";
+  opt.use_env = false;
+  EXPECT_EQ(select_mamba(MambaType::gdn_attention, opt).forced_by, "");
+  // The attention selector's env variable does not force a mixer.
+  unsetenv("ATTN_MAMBA_BACKEND");
+  setenv("ATTN_BACKEND", "mamba1", 1);
+  const Decision d = select_mamba(MambaType::gdn_attention);
+  unsetenv("ATTN_BACKEND");
+  EXPECT_EQ(d.backend, "gdn");
+  EXPECT_EQ(d.forced_by, "");
+}
+
+TEST(SelectMambaCore, MemoHitsAndCachedErrors) {
+  EnvGuard env;
+  clear_mamba_selector_cache();
+  MambaSelectOptions opt;
+  opt.backend = "MAMBA2";
+  select_mamba(MambaType::mamba2, opt);
+  select_mamba(MambaType::mamba2, opt);
+  select_mamba(MambaType::mamba2);  // a different key: nothing forced
+  auto stats = mamba_selector_cache_stats();
+  EXPECT_EQ(stats.misses, 2u);
+  EXPECT_EQ(stats.hits, 1u);
+  EXPECT_EQ(stats.entries, 2u);
+  // A planning target is part of the key, as in the attention selector.
+  opt.platform = parse_platform("cpu:avx2");
+  EXPECT_EQ(select_mamba(MambaType::mamba2, opt).platform, opt.platform->to_string());
+  EXPECT_EQ(mamba_selector_cache_stats().entries, 3u);
+  // Errors are remembered too, and thrown on every call.
+  opt.backend = "mamba9";
+  const std::string first = error_of([&] { select_mamba(MambaType::mamba2, opt); });
+  EXPECT_EQ(error_of([&] { select_mamba(MambaType::mamba2, opt); }), first);
+  stats = mamba_selector_cache_stats();
+  EXPECT_EQ(stats.misses, 4u);
+  EXPECT_EQ(stats.hits, 2u);
+  clear_mamba_selector_cache();
+  stats = mamba_selector_cache_stats();
+  EXPECT_EQ(stats.hits + stats.misses + stats.entries, 0u);
+}
+
+TEST(SelectMambaCore, UnknownNameErrorMatchesTheAttentionSelectors) {
+  EnvGuard env;
+  setenv("ATTN_MAMBA_BACKEND", "mamba9", 1);
+  const std::string msg = error_of([] { select_mamba(MambaType::mamba1); });
+  EXPECT_EQ(msg.rfind("Unknown mixer backend: 'mamba9' (from env ATTN_MAMBA_BACKEND). Valid options are: "
+                      "mamba1, mamba2, short_conv, linear, gdn",
+                      0),
+            0u)
+      << msg;
+  const std::string attention = error_of([] {
+    SelectOptions o;
+    o.backend = "mamba9";
+    select(LayerConfig{}, o);
+  });
+  EXPECT_EQ(attention.rfind("Unknown attention backend: 'mamba9' (from argument). Valid options are: ", 0), 0u) << attention;
+}
+
+TEST(SelectMambaCore, ReasonsUseTheMambaTypeField) {
+  EnvGuard env;
+  const Decision d = select_mamba(MambaType::linear_attention);
+  EXPECT_FALSE(d.config.has_value());  // a mixer decision carries no attention config
+  EXPECT_EQ(d.to_text().find("\nlayer: "), std::string::npos) << d.to_text();
+  EXPECT_NE(d.to_json().find("\"config\":null"), std::string::npos) << d.to_json();
+  for (const Candidate& c : d.candidates)
+    if (!c.valid) {
+      EXPECT_EQ(c.reasons.at(0).field, ReasonField::mamba_type);
+      EXPECT_EQ(c.reasons.at(0).value, "linear_attention");
+    }
+  EXPECT_EQ(ReasonFieldName("mamba_type").id(), ReasonField::mamba_type);
+}
+
+// After CustomNeedsARegisteredMixer (it needs `custom` unserved when it starts): registration is
+// process-wide and cannot be undone.
+TEST(SelectMambaCore, RegisteredMixerIsForcibleAndACandidate) {
+  EnvGuard env;
+  MixerDescriptor d;
+  d.name = "Synthetic_Mixer";
+  d.summary = "test";
+  d.types = {MambaType::custom};
+  d.variant = [](const Platform&) { return std::string("synthetic"); };
+  d.create = [](const MixerParams& p) {
+    MixerParams q = p;
+    q.config.type = MambaType::mamba1;
+    return create_mixer("mamba1", q);
+  };
+  register_mixer(d);
+  MambaSelectOptions opt;
+  opt.backend = "synthetic_mixer";  // any case
+  const Decision forced = select_mamba(MambaType::custom, opt);
+  EXPECT_EQ(forced.backend, "Synthetic_Mixer");
+  EXPECT_EQ(forced.variant, "synthetic");
+  EXPECT_EQ(forced.forced_by, "argument");
+  // Every decision lists it: valid for `custom`, ruled out by mamba_type elsewhere.
+  const Decision other = select_mamba(MambaType::mamba2);
+  EXPECT_EQ(other.backend, "mamba2");
+  bool listed = false;
+  for (const Candidate& c : other.candidates)
+    if (c.backend == "Synthetic_Mixer") {
+      listed = true;
+      EXPECT_FALSE(c.valid);
+      ASSERT_EQ(c.reasons.size(), 1u);
+      EXPECT_EQ(c.reasons[0].field, ReasonField::mamba_type);
+      EXPECT_EQ(c.reasons[0].expected, "one of custom");
+    }
+  EXPECT_TRUE(listed);
+  bool valid = false;
+  for (const Candidate& c : forced.candidates) valid |= c.backend == "Synthetic_Mixer" && c.valid;
+  EXPECT_TRUE(valid);
+  // Forcing it on a type it does not serve names the backends that would.
+  const std::string msg = error_of([&] { select_mamba(MambaType::mamba2, opt); });
+  EXPECT_NE(msg.find("'synthetic_mixer'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("would: mamba2"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace attn

@@ -111,7 +111,7 @@ TEST(JsonRender, DecisionAndCandidatesRoundTrip) {
   EXPECT_EQ(j.at("tuned"), d.tuned);
   EXPECT_EQ(j.at("notes").get<std::vector<std::string>>(), d.notes);
   EXPECT_EQ(j.at("slow_path"), d.slow_path);
-  EXPECT_EQ(j.at("config"), json::parse(layer_config_json(d.config)));
+  EXPECT_EQ(j.at("config"), json::parse(layer_config_json(d.config.value())));
   ASSERT_EQ(j.at("candidates").size(), d.candidates.size());
   bool some_reason = false;
   for (std::size_t i = 0; i < d.candidates.size(); ++i) {
