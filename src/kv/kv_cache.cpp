@@ -50,16 +50,23 @@ void store_ds_mla_row(const void* src, DType sd, void* entry) {
 }
 
 // One token's K or V vector (n values) into the cache at (block b, token t, head h): one
-// store_row where the layout keeps it contiguous, one per element otherwise (HND_PAIRS).
+// store_row where the layout keeps it contiguous; for HND_PAIRS one conversion, then a scatter.
 int64_t store_vector(const char* src, DType sd, const PagedKV& pv, int64_t b, int64_t t, int32_t h, bool is_v, int32_t n,
                      float inv_scale) {
   char* base = static_cast<char*>(pv.base);
-  const int64_t es = int64_t(dtype_size(pv.dtype)), ss = int64_t(dtype_size(sd));
+  const int64_t es = int64_t(dtype_size(pv.dtype));
   if (pv.layout != KVLayout::HND_PAIRS)
     return store_row(src, sd, base + kv_element_offset(pv, b, t, h, 0, is_v) * es, pv.dtype, n, inv_scale);
-  int64_t saturated = 0;
-  for (int32_t i = 0; i < n; ++i)
-    saturated += store_row(src + i * ss, sd, base + kv_element_offset(pv, b, t, h, i, is_v) * es, pv.dtype, 1, inv_scale);
+  // Converted once as a row, then scattered: K keeps dim pairs together, V interleaves two keys.
+  alignas(64) char row[limits::kMaxHeadSize * sizeof(float)];
+  const int64_t saturated = store_row(src, sd, row, pv.dtype, n, inv_scale);
+  char* dst = base + kv_element_offset(pv, b, t, h, 0, is_v) * es;
+  if (!is_v) {
+    const int64_t pair_step = 2 * int64_t(pv.block_size) * es;  // K[d/2][t][2]: pairs block_size*2 apart
+    for (int32_t i = 0; i < n / 2; ++i) std::memcpy(dst + i * pair_step, row + 2 * i * es, std::size_t(2 * es));
+  } else {
+    for (int32_t i = 0; i < n; ++i) std::memcpy(dst + 2 * i * es, row + i * es, std::size_t(es));  // V[t/2][d][2]
+  }
   return saturated;
 }
 

@@ -39,6 +39,47 @@ inline bool any_nonfinite(const float* v, int n) {
   return m != 0;
 }
 
+/// Whether any of the n bf16 values (a multiple of 32, 64-byte aligned) is a NaN or an infinity.
+inline bool any_nonfinite_bf16(const uint16_t* v, int n) {
+  const __m512i exp = _mm512_set1_epi16(0x7f80);
+  __mmask32 m = 0;
+  for (int x = 0; x < n; x += 32) m |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_load_si512(v + x), exp), exp);
+  return m != 0;
+}
+
+/// A bf16 HND_PAIRS cache already holds the bf16 tiles' element order (K[d/2][t][2],
+/// V[t/2][d][2]): the tile is copied 16 keys at a time (a block is a multiple of 16 keys), keys
+/// at or past the sequence length are zeros, as in pack().
+void pack_pairs_bf16(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, char* kdst, char* vdst, int n) {
+  const int d = a.head_size, dv = a.head_size_v, dvp = L.dv_pad;
+  const int32_t key0 = job.tile * kTileKeys;
+  const int32_t* bt = a.block_table + int64_t(job.seq) * a.max_blocks_per_seq;
+  const uint16_t* base = static_cast<const uint16_t*>(a.kv.base);
+  uint32_t* kd = reinterpret_cast<uint32_t*>(kdst);
+  uint16_t* vd = reinterpret_cast<uint16_t*>(vdst);
+  std::memset(kdst, 0, std::size_t(d / 2) * kTileKeys * 4);
+  std::memset(vdst, 0, std::size_t(kTileKeys) * dvp * 2);
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int32_t key = key0 + j0;
+    const int64_t b = bt[key / a.kv.block_size], t0 = key % a.kv.block_size;
+    const int keys = std::min(16, n - j0);
+    for (int i = 0; i < d / 2; ++i)  // pair i of keys t0..t0+keys-1: contiguous 32-bit pairs
+      std::memcpy(kd + int64_t(i) * kTileKeys + j0, base + kv_element_offset(a.kv, b, t0, job.kv_head, 2 * i, false),
+                  std::size_t(keys) * 4);
+    for (int p = 0; p < (keys + 1) / 2; ++p) {  // key pair (j0/2 + p): one contiguous row of 2·dv
+      const uint16_t* src = base + kv_element_offset(a.kv, b, t0 + 2 * p, job.kv_head, 0, true);
+      uint16_t* dst = vd + (int64_t(j0 / 2 + p) * dvp) * 2;
+      if (2 * p + 1 < keys) {
+        std::memcpy(dst, src, std::size_t(2 * dv) * 2);
+      } else {
+        for (int x = 0; x < dv; ++x) dst[2 * x] = src[2 * x];  // the pair's second key is past the end
+      }
+    }
+  }
+  uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
+  *nonfinite = any_nonfinite_bf16(vd, kTileKeys * dvp * 2) ? 1 : 0;
+}
+
 template <KvType T>
 void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, char* buf) {
   const PackLayout::Group& g = L.group(job.seq, job.kv_head, a.num_kv_heads);
@@ -47,6 +88,9 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   const int d = a.head_size, dv = a.head_size_v, dvp = L.dv_pad;
   const int32_t key0 = job.tile * kTileKeys;
   const int n = std::clamp(a.seq_lens[job.seq] - key0, 0, kTileKeys);
+  if constexpr (T == KvType::bf16) {
+    if (a.kv.layout == KVLayout::HND_PAIRS && L.bf16) return pack_pairs_bf16(a, L, job, kdst, vdst, n);
+  }
   const int32_t* bt = a.block_table + int64_t(job.seq) * a.max_blocks_per_seq;
   const char* base = static_cast<const char*>(a.kv.base);
   // Key j's K or V row: in place where rows are contiguous, gathered for HND_PAIRS (the
