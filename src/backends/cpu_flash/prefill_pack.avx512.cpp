@@ -77,7 +77,7 @@ void pack_pairs_bf16(const KernelArgs& a, const PackLayout& L, const PackLayout:
     }
   }
   uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
-  *nonfinite = any_nonfinite_bf16(vd, kTileKeys * dvp * 2) ? 1 : 0;
+  *nonfinite = any_nonfinite_bf16(vd, kTileKeys * dvp) ? 1 : 0;  // 32 key pairs × dvp dims × 2
 }
 
 template <KvType T>
