@@ -158,7 +158,7 @@ uint64_t run_stage(const PagedRows& r, int d, Prefetch pf) {
   return lanes[0] + sc.kb[0][0] + sc.vb[0][0] + uint64_t(sc.s[0][0]);
 }
 
-/// The stages on an HND_PAIRS cache, walked as the pair kernel walks it: chunks of 32 keys from
+/// The stages on an HND_PAIRS cache, walked as the pair kernel walks it: chunks of up to 64 keys from
 /// multiples of 16, per dim pair the chunk's K bytes, then the chunk's V rows of key pairs; the
 /// next chunk's lines are prefetched during the K loop (T1, as the kernel; pf.hint 0: none).
 /// read_hw reads the same runs in the same block order as on HND (the bytes are the same).
@@ -187,18 +187,17 @@ uint64_t run_stage_pairs(const PagedRows& r, int d, Prefetch pf) {
     const PairChunk pc = chunk(c), nx = pf.hint ? chunk(c + pc.n) : PairChunk{};
     const int64_t bytes = int64_t(pc.n) * 2 * eb, nx_bytes = int64_t(nx.n) * 2 * eb;  // per dim pair
     if constexpr (S == Stage::qk) {
-      if (pc.n > 16)
-        qk_pairs<T, RB, 2>(sc, 0, pc.k, kpair, d, nx, kpair);
-      else
-        qk_pairs<T, RB, 1>(sc, 0, pc.k, kpair, d, nx, kpair);
+      qk_pairs_n<T, RB>(sc, 0, pc.k, kpair, d, pc.n, nx, kpair, true);
     } else {
       for (int dp = 0; dp < d / 2; ++dp) {
         for (int64_t off = 0; off < nx_bytes; off += 64)
           prefetch_line(nx.k + dp * kpair + off, pf.hint), prefetch_line(nx.v + dp * nx_bytes + off, pf.hint);
         if constexpr (S == Stage::convert) {
-          __m512i w[2];
-          pair_lines<T, 2>(pc.k + dp * kpair, w);
-          acc = _mm512_add_epi32(acc, _mm512_xor_si512(w[0], w[1]));
+          for (int64_t off = 0; off < bytes; off += 64) {
+            __m512i w[2];
+            pair_lines<T, 2>(pc.k + dp * kpair + off, w);
+            acc = _mm512_add_epi32(acc, _mm512_xor_si512(w[0], w[1]));
+          }
         } else {
           acc = sum_lines(acc, pc.k + dp * kpair, bytes);
         }

@@ -9,10 +9,10 @@
 
 namespace attn::test {
 
-Tolerance tolerance(DType io, DType kv, const std::vector<double>& ref) {
+Tolerance tolerance(DType io, DType kv, const std::vector<double>& ref, double v_max) {
   double ref_max = 0;
   for (double r : ref) ref_max = std::max(ref_max, std::fabs(r));
-  return tolerance_rule(io, kv).scaled(ref_max);
+  return tolerance_rule(io, kv).scaled(ref_max, v_max);
 }
 
 uint64_t fresh_seed() {
@@ -259,7 +259,10 @@ CompareResult compare_output(const Case& c, const std::vector<double>& ref, Tole
 }
 
 CompareResult compare_output(const Case& c, const std::vector<double>& ref) {
-  return compare_output(c, ref, tolerance(c.params.config.dtype, c.cache->spec().dtype, ref));
+  double v_max = 0;
+  for (const auto& seq : c.dense_v)
+    for (double v : seq) v_max = std::max(v_max, std::fabs(v));
+  return compare_output(c, ref, tolerance(c.params.config.dtype, c.cache->spec().dtype, ref, v_max));
 }
 
 CompareResult check_backend(const CaseSpec& spec, const std::string& backend) {

@@ -16,7 +16,8 @@ namespace attn::test {
 
 /// The table's rule (tolerance_table.hpp) for a case whose reference output is `ref`: the
 /// absolute part is scaled by max|ref|.
-Tolerance tolerance(DType io, DType kv_storage, const std::vector<double>& ref);
+/// v_max: the largest |V| the case's cache stores (0: unknown, the stricter bound).
+Tolerance tolerance(DType io, DType kv_storage, const std::vector<double>& ref, double v_max = 0);
 
 /// A fresh seed per run (env ATTN_TEST_SEED pins it); print it on failure to reproduce.
 uint64_t fresh_seed();

@@ -188,23 +188,26 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
     __m512 p[NV];
     __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      p[v] = exp2v(_mm512_sub_ps(acc[r][v], mv));
-      sum = _mm512_add_ps(sum, p[v]);
+    for (int v = 0; v < NV; ++v) p[v] = exp2v(_mm512_sub_ps(acc[r][v], mv));
+    if constexpr (Bf16) {
+      // P·V multiplies P rounded to bf16, so the row sum adds the rounded values too: the weights
+      // then sum to one exactly as used (a common offset in V passes through unchanged).
+      uint16_t* pr = cx.pb + row * kTileKeys + j0 * 16;
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        const __m256i b = (__m256i)_mm512_cvtneps_pbh(p[v]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), b);
+        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        _mm512_storeu_ps(cx.pf + row * kTileKeys + (j0 + v) * 16, p[v]);
+        sum = _mm512_add_ps(sum, p[v]);
+      }
     }
     float* ls = cx.lsum + row * 16;
     _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(al[r]), sum));
-    if constexpr (Bf16) {
-      uint16_t* pr = cx.pb + row * kTileKeys + j0 * 16;
-      int v = 0;
-#pragma GCC unroll 16
-      for (; v + 2 <= NV; v += 2)
-        _mm512_storeu_si512(pr + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
-      if (v < NV) _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), (__m256i)_mm512_cvtneps_pbh(p[v]));
-    } else {
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(cx.pf + row * kTileKeys + (j0 + v) * 16, p[v]);
-    }
   }
 }
 
