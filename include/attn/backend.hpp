@@ -3,6 +3,7 @@
 /// implementation interface (plan once per step, run per layer over the paged cache).
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,14 @@ void check_run_tensors(const LayerParams& params, const KVCacheSpec& cache, int3
 /// Standard ALiBi slopes for `num_heads` heads (Press et al.; non-powers of two interleaved).
 std::vector<float> alibi_slopes(int num_heads);
 
+/// When a backend's kv_layout serves only some caches (its kernel computes in some dtypes only):
+/// the caches it serves, and the layout every other cache gets.
+struct KVLayoutRule {
+  std::vector<DType> q_dtypes;        // the layer dtypes it serves; empty: every one
+  std::vector<DType> storage_dtypes;  // the cache storage dtypes it serves; empty: every one
+  KVLayout otherwise = KVLayout::NHD;  // for other dtypes, and for sizes kv_layout cannot hold (layout_fits_sizes)
+};
+
 struct BackendDescriptor {
   std::string name;
   std::string summary;
@@ -104,6 +113,8 @@ struct BackendDescriptor {
   bool oracle = false;
   int preferred_block_size = 16;      // used when the user sets no block size
   KVLayout kv_layout = KVLayout::NHD;
+  /// The caches kv_layout is kept for (cache_spec applies it). None: kv_layout for every cache.
+  std::optional<KVLayoutRule> kv_layout_rule;
   /// The device whose memory run() reads: the layer's cache, q / out and the workspace
   /// (allocate them with Registry::allocator(device); cpu: plain host memory).
   DeviceKind device = DeviceKind::cpu;
@@ -123,7 +134,8 @@ struct BackendDescriptor {
   KVCacheSpec cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const;
 };
 
-/// {"name":..,"summary":..,"priority":..,"preferred_block_size":..,"kv_layout":..,"module":..,
+/// {"name":..,"summary":..,"priority":..,"preferred_block_size":..,"kv_layout":..,
+///  "kv_layout_rule": null or {"q_dtypes":[..],"storage_dtypes":[..],"otherwise":..},"module":..,
 ///  "variant": its variant on `platform`, "capabilities": to_json(caps)} as JSON text.
 std::string to_json(const BackendDescriptor& backend, const Platform& platform);
 

@@ -19,9 +19,15 @@ namespace attn {
 /// HND_PAIRS: HND's shape and per-(block, kv head) runs, ordered for dot products along lanes:
 /// K dim-pair-major, K[d/2][t][2] (a 64-byte bf16 line = 16 keys × 2 dims), V key-pair-major,
 /// V[t/2][d][2] (a line = 2 keys × 16 dims); fp8 caches use the same element order. Needs even
-/// head sizes and a block size that is a multiple of 16 (KVCacheSpec::validate).
+/// head sizes and a block size that is a multiple of 16 (layout_fits_sizes).
 enum class KVLayout : uint8_t { NHD, HND, MLA, HND_PAIRS };
 std::string_view to_string(KVLayout l);
+
+struct KVCacheSpec;
+/// Whether `spec`'s sizes can hold its layout: HND_PAIRS needs an even head size and V width and
+/// a block size that is a multiple of 16; the other layouts hold any size. KVCacheSpec::validate
+/// refuses a spec where this is false; BackendDescriptor::cache_spec gives it another layout.
+bool layout_fits_sizes(const KVCacheSpec& spec);
 
 /// kv_cache_dtype fp8_ds_mla (DeepSeek V3.2's MLA cache, vLLM's byte layout): one 656-byte
 /// entry per token = 512 fp8_e4m3 latent values quantized per tile of 128 values, the 4 tile

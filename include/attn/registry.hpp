@@ -12,7 +12,7 @@
 #include "attn/backend.hpp"
 
 /// ABI version a module or plugin must report (bump on any change to backend.hpp / registry.hpp).
-#define ATTN_ABI_VERSION 3
+#define ATTN_ABI_VERSION 4
 
 namespace attn {
 

@@ -1,5 +1,6 @@
 #include "attn/backend.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "attn/error.hpp"
@@ -53,18 +54,13 @@ void AttentionImpl::write_planned_kv(const TensorView& k, const TensorView& v, K
 }
 
 namespace {
-/// The layout a spec gets when its backend declares `want`. HND_PAIRS orders K and V for bf16
-/// dot products along lanes (kv_cache.hpp). The spec keeps HND (the same per-(block, KV head)
-/// runs, rows inside, which row kernels read) where it cannot hold the pairs (an odd head size or
-/// V width, a block size not a multiple of 16), and where the products are not bf16 ones: q not
-/// bf16, or storage other than bf16 / fp8 (fp8 widens exactly to bf16). Those are row-kernel
-/// caches; engines that bring their own NHD / HND caches are served as before.
-KVLayout fitting_layout(KVLayout want, const KVCacheSpec& s, DType q_dtype) {
-  if (want != KVLayout::HND_PAIRS) return want;
-  const bool sizes = s.head_size % 2 == 0 && s.v_width() % 2 == 0 && s.block_size % 16 == 0;
-  const bool bf16_products = q_dtype == DType::bfloat16 &&
-                             (s.dtype == DType::bfloat16 || s.dtype == DType::fp8_e4m3 || s.dtype == DType::fp8_e5m2);
-  return sizes && bf16_products ? KVLayout::HND_PAIRS : KVLayout::HND;
+bool serves(const std::vector<DType>& dtypes, DType d) { return dtypes.empty() || std::ranges::find(dtypes, d) != dtypes.end(); }
+
+/// The layout `s` gets from a backend declaring `want` under `rule` (see KVLayoutRule).
+KVLayout kept_layout(KVLayout want, const std::optional<KVLayoutRule>& rule, const KVCacheSpec& s, DType q_dtype) {
+  if (!rule) return want;
+  const bool kept = layout_fits_sizes(s) && serves(rule->q_dtypes, q_dtype) && serves(rule->storage_dtypes, s.dtype);
+  return kept ? want : rule->otherwise;
 }
 }  // namespace
 
@@ -85,7 +81,7 @@ KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_bl
     s.head_size = cfg.head_size;
     s.head_size_v = cfg.effective_head_size_v();
   }
-  s.layout = fitting_layout(kv_layout, s, cfg.dtype);
+  s.layout = kept_layout(kv_layout, kv_layout_rule, s, cfg.dtype);  // s holds kv_layout: its sizes are checked against it
   return s;
 }
 

@@ -116,6 +116,32 @@ std::string_view to_string(KVLayout l) {
   return "?";
 }
 
+namespace {
+/// One size a layout needs to be a multiple of something (the message names it when it is not).
+struct SizeNeed {
+  const char* argument;
+  int32_t (*value)(const KVCacheSpec&);
+  int32_t multiple;
+  const char* expected;
+};
+/// HND_PAIRS: K lines pair dims, V lines pair keys, 16 keys per line.
+constexpr SizeNeed kPairSizeNeeds[] = {
+    {"head_size", [](const KVCacheSpec& s) { return s.head_size; }, 2, "an even head size for the HND_PAIRS layout"},
+    {"head_size_v", [](const KVCacheSpec& s) { return s.v_width(); }, 2, "an even V width for the HND_PAIRS layout"},
+    {"block_size", [](const KVCacheSpec& s) { return s.block_size; }, 16, "a multiple of 16 for the HND_PAIRS layout"},
+};
+
+/// The first size need of `s`'s layout that `s` misses; null when its sizes fit.
+const SizeNeed* unmet_size_need(const KVCacheSpec& s) {
+  if (s.layout != KVLayout::HND_PAIRS) return nullptr;
+  for (const SizeNeed& n : kPairSizeNeeds)
+    if (n.value(s) % n.multiple != 0) return &n;
+  return nullptr;
+}
+}  // namespace
+
+bool layout_fits_sizes(const KVCacheSpec& spec) { return unmet_size_need(spec) == nullptr; }
+
 std::vector<int64_t> KVCacheSpec::shape() const {
   const int64_t w = entry_width(*this);
   switch (layout) {
@@ -154,11 +180,7 @@ void KVCacheSpec::validate() const {
     require(v_width() == ds_mla::kRank, "head_size_v", head_size_v, std::to_string(ds_mla::kRank) + what);
     require(dtype == DType::fp8_e4m3, "cache dtype", attn::to_string(dtype), "fp8_e4m3 (one element per entry byte)" + what);
   }
-  if (layout == KVLayout::HND_PAIRS) {  // K lines pair dims, V lines pair keys, 16 keys per line
-    require(head_size % 2 == 0, "head_size", head_size, "an even head size for the HND_PAIRS layout");
-    require(v_width() % 2 == 0, "head_size_v", v_width(), "an even V width for the HND_PAIRS layout");
-    require(block_size % 16 == 0, "block_size", block_size, "a multiple of 16 for the HND_PAIRS layout");
-  }
+  if (const SizeNeed* n = unmet_size_need(*this)) fail_check(n->argument, n->value(*this), n->expected);
 }
 
 int64_t KVCacheSpec::bytes() const {

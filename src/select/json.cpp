@@ -15,6 +15,13 @@ nlohmann::json names(const std::vector<T>& values) {
   for (const auto& v : values) out.push_back(std::string(to_string(v)));
   return out;
 }
+
+/// null: the backend's kv_layout serves every cache.
+nlohmann::json layout_rule_json(const std::optional<KVLayoutRule>& r) {
+  if (!r) return nullptr;
+  return {{"q_dtypes", names(r->q_dtypes)}, {"storage_dtypes", names(r->storage_dtypes)},
+          {"otherwise", std::string(to_string(r->otherwise))}};
+}
 }  // namespace
 
 nlohmann::json json_of(const Capabilities& c) {
@@ -37,7 +44,8 @@ nlohmann::json json_of(const Capabilities& c) {
 nlohmann::json json_of(const BackendDescriptor& d, const Platform& p) {
   return {{"name", d.name}, {"summary", d.summary}, {"priority", d.priority},
           {"preferred_block_size", d.preferred_block_size}, {"kv_layout", std::string(to_string(d.kv_layout))},
-          {"module", d.module}, {"variant", d.variant ? d.variant(p) : std::string()}, {"capabilities", json_of(d.caps)}};
+          {"kv_layout_rule", layout_rule_json(d.kv_layout_rule)}, {"module", d.module},
+          {"variant", d.variant ? d.variant(p) : std::string()}, {"capabilities", json_of(d.caps)}};
 }
 
 nlohmann::json json_of(const Candidate& c) {

@@ -50,6 +50,13 @@ TEST(JsonRender, CapabilitiesOfEveryBackendRoundTrip) {
     EXPECT_EQ(j.at("priority"), d->priority);
     EXPECT_EQ(j.at("preferred_block_size"), d->preferred_block_size);
     EXPECT_EQ(j.at("kv_layout"), std::string(to_string(d->kv_layout)));
+    const json& rule = j.at("kv_layout_rule");
+    EXPECT_EQ(rule.is_null(), !d->kv_layout_rule);
+    if (d->kv_layout_rule) {
+      EXPECT_EQ(rule.at("q_dtypes").get<std::vector<std::string>>(), names(d->kv_layout_rule->q_dtypes));
+      EXPECT_EQ(rule.at("storage_dtypes").get<std::vector<std::string>>(), names(d->kv_layout_rule->storage_dtypes));
+      EXPECT_EQ(rule.at("otherwise"), std::string(to_string(d->kv_layout_rule->otherwise)));
+    }
     EXPECT_EQ(j.at("module"), d->module);
     EXPECT_EQ(j.at("variant"), d->variant ? d->variant(here) : std::string());
     const Capabilities& c = d->caps;

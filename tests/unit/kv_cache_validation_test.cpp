@@ -52,10 +52,13 @@ TEST(KVCacheSpecShape, PairLayoutDeclaresHndExtent) {
 }
 
 TEST(KVCacheSpecShape, PairLayoutFallsBackToHndWhereItDoesNotFit) {
-  // BackendDescriptor::cache_spec: a backend declaring HND_PAIRS gets it for bf16 products on
-  // even head sizes and blocks of 16s, HND rows otherwise.
+  // BackendDescriptor::cache_spec: a backend declaring HND_PAIRS for bf16 products (cpu_flash's
+  // rule) gets it on even head sizes and blocks of 16s, HND rows otherwise.
   BackendDescriptor d;
   d.kv_layout = KVLayout::HND_PAIRS;
+  d.kv_layout_rule = KVLayoutRule{.q_dtypes = {DType::bfloat16},
+                                  .storage_dtypes = {DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2},
+                                  .otherwise = KVLayout::HND};
   LayerConfig c;
   c.num_heads = 8, c.num_kv_heads = 2, c.head_size = 128, c.dtype = DType::bfloat16;
   EXPECT_EQ(d.cache_spec(c, 4, 64).layout, KVLayout::HND_PAIRS);
@@ -68,6 +71,45 @@ TEST(KVCacheSpecShape, PairLayoutFallsBackToHndWhereItDoesNotFit) {
   EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
   c.head_size = 128, c.dtype = DType::float32;
   EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+}
+
+TEST(KVCacheSpecShape, LayoutWithoutRuleIsKeptForEveryCache) {
+  BackendDescriptor d;
+  LayerConfig c;
+  c.num_heads = 8, c.num_kv_heads = 2, c.head_size = 128, c.dtype = DType::float16;
+  for (KVLayout l : {KVLayout::NHD, KVLayout::HND, KVLayout::HND_PAIRS}) {
+    d.kv_layout = l;
+    EXPECT_EQ(d.cache_spec(c, 4, 16).layout, l) << to_string(l);
+    EXPECT_EQ(d.cache_spec(c, 4, 24).layout, l) << to_string(l);  // not checked: validate refuses it
+  }
+  // A rule with no dtype lists serves every dtype; the sizes still decide.
+  d.kv_layout_rule = KVLayoutRule{.q_dtypes = {}, .storage_dtypes = {}, .otherwise = KVLayout::NHD};
+  c.kv_cache_dtype = KVCacheDType::fp8_e4m3;
+  EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND_PAIRS);
+  EXPECT_EQ(d.cache_spec(c, 4, 24).layout, KVLayout::NHD);
+  d.kv_layout = KVLayout::NHD, d.kv_layout_rule->otherwise = KVLayout::HND;  // NHD fits every size
+  EXPECT_EQ(d.cache_spec(c, 4, 24).layout, KVLayout::NHD);
+}
+
+TEST(KVCacheSpecShape, LayoutFitsSizesAgreesWithValidate) {
+  // The one predicate cache_spec asks, and the sizes KVCacheSpec::validate refuses.
+  KVCacheSpec s = small_spec(DType::bfloat16);
+  for (KVLayout l : {KVLayout::NHD, KVLayout::HND, KVLayout::HND_PAIRS})
+    for (int32_t head : {7, 8, 80, 63})
+      for (int32_t v : {0, 5, 6})
+        for (int32_t bs : {1, 8, 16, 24, 32, 64}) {
+          s.layout = l, s.head_size = head, s.head_size_v = v, s.block_size = bs;
+          const bool pair_sizes = head % 2 == 0 && s.v_width() % 2 == 0 && bs % 16 == 0;
+          const bool fits = layout_fits_sizes(s);
+          EXPECT_EQ(fits, l != KVLayout::HND_PAIRS || pair_sizes) << s.to_string();
+          bool valid = true;
+          try {
+            s.validate();
+          } catch (const Error&) {
+            valid = false;
+          }
+          EXPECT_EQ(fits, valid) << s.to_string();
+        }
 }
 
 TEST(KVCacheConstruction, PairLayoutNeedsBlocksOfSixteen) {

@@ -64,9 +64,14 @@ int cmd_backends(const BackendsOptions& options) {
     if (!b["module"].get<std::string>().empty()) std::printf(", module %s", b["module"].get<std::string>().c_str());
     std::printf("\n  platforms %s; dtypes %s; kv cache %s\n", list(c["platforms"]).c_str(), list(c["dtypes"]).c_str(),
                 list(c["kv_cache_dtypes"]).c_str());
+    const std::string layout = b["kv_layout"].get<std::string>();
     std::printf("  head sizes %s; block sizes %s (preferred %d, layout %s)\n", c["head_sizes"].get<std::string>().c_str(),
-                c["block_sizes"].get<std::string>().c_str(), b["preferred_block_size"].get<int>(),
-                b["kv_layout"].get<std::string>().c_str());
+                c["block_sizes"].get<std::string>().c_str(), b["preferred_block_size"].get<int>(), layout.c_str());
+    if (const json& r = b["kv_layout_rule"]; !r.is_null()) {
+      auto dtypes = [&](const json& a) { return a.empty() ? std::string("any") : list(a); };
+      std::printf("  layout %s for q %s and cache %s where the sizes fit; %s otherwise\n", layout.c_str(),
+                  dtypes(r["q_dtypes"]).c_str(), dtypes(r["storage_dtypes"]).c_str(), r["otherwise"].get<std::string>().c_str());
+    }
     std::printf("  attention types %s; features %s\n", list(c["attn_types"]).c_str(), list(c["features"]).c_str());
     if (!c["required_cpu_features"].empty()) std::printf("  requires cpu %s\n", list(c["required_cpu_features"]).c_str());
   }

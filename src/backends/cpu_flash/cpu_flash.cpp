@@ -154,9 +154,13 @@ BackendDescriptor cpu_flash_descriptor() {
   c.attn_types = {AttnType::decoder, AttnType::encoder, AttnType::encoder_only, AttnType::encoder_decoder};
   d.priority = 10;
   // Head-major blocks, each (block, KV head) one contiguous run of K and one of V, ordered in
-  // pairs for the bf16 dot products (BackendDescriptor::cache_spec keeps HND rows where the
-  // pair order does not fit). NHD and HND caches an engine brings are served as well.
+  // pairs for the pair kernels' bf16 dot products: bf16 q on bf16 or fp8 storage (fp8 widens
+  // exactly to bf16). Every other cache, and sizes the pairs do not fit, keeps HND rows, which
+  // the row kernels read. NHD and HND caches an engine brings are served as well.
   d.kv_layout = KVLayout::HND_PAIRS;
+  d.kv_layout_rule = KVLayoutRule{.q_dtypes = {DType::bfloat16},
+                                  .storage_dtypes = {DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2},
+                                  .otherwise = KVLayout::HND};
   d.preferred_block_size = 64;
   d.variant = [](const Platform& p) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
   d.variants = cpu_flash::isa_variants;

@@ -177,6 +177,45 @@ TEST(CpuFlashCapabilities, DeclaredExactly) {
               }).empty());
 }
 
+TEST(CpuFlashCapabilities, CacheLayoutIsPairsForBf16ProductsOnly) {
+  // The descriptor's kv_layout_rule: HND_PAIRS for bf16 q on bf16 / fp8 storage with sizes the
+  // pairs fit, HND rows for every other cache.
+  auto desc = Registry::instance().find("cpu_flash");
+  ASSERT_TRUE(desc);
+  LayerConfig c;
+  c.num_heads = 32, c.num_kv_heads = 8, c.head_size = 128, c.dtype = DType::bfloat16;
+  auto layout = [&](int32_t block_size) { return desc->cache_spec(c, 8, block_size).layout; };
+  EXPECT_EQ(layout(0), KVLayout::HND_PAIRS);  // its preferred block size, 64
+  EXPECT_EQ(desc->cache_spec(c, 8, 0).block_size, 64);
+  for (auto kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
+    c.kv_cache_dtype = kv;
+    EXPECT_EQ(layout(16), KVLayout::HND_PAIRS) << to_string(kv);
+  }
+  c.kv_cache_dtype = KVCacheDType::float16;
+  EXPECT_EQ(layout(16), KVLayout::HND);
+  c.kv_cache_dtype = KVCacheDType::auto_;
+  for (DType q : {DType::float16, DType::float32}) {
+    c.dtype = q;
+    EXPECT_EQ(layout(16), KVLayout::HND) << to_string(q);
+    c.kv_cache_dtype = KVCacheDType::fp8_e4m3;  // fp8 storage under a non-bf16 q: row kernels
+    EXPECT_EQ(layout(16), KVLayout::HND) << to_string(q);
+    c.kv_cache_dtype = KVCacheDType::auto_;
+  }
+  c.dtype = DType::bfloat16, c.head_size = 80;
+  EXPECT_EQ(layout(16), KVLayout::HND_PAIRS);
+  EXPECT_EQ(layout(8), KVLayout::HND);
+  EXPECT_EQ(layout(24), KVLayout::HND);
+  c.head_size = 63;
+  EXPECT_EQ(layout(16), KVLayout::HND);
+  c.head_size = 64, c.head_size_v = 63;  // an odd V width
+  EXPECT_EQ(layout(16), KVLayout::HND);
+  for (int32_t head : {63, 64, 80})  // whatever it chooses, the spec is a valid cache
+    for (int32_t bs : {8, 16, 24, 64}) {
+      c.head_size = head, c.head_size_v = 0;
+      EXPECT_NO_THROW(desc->cache_spec(c, 8, bs).validate()) << head << " " << bs;
+    }
+}
+
 TEST(CpuFlashErrors, BadArgumentsThrowNamingTheArgument) {
   LayerParams p;
   p.config.num_heads = 4, p.config.num_kv_heads = 1, p.config.head_size = 264;
