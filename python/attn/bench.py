@@ -16,9 +16,10 @@ thread, in enough disjoint copies of the batch to span a pool of at least 4× th
 are scattered (a random permutation of the cache's blocks, as after a long serving run); each
 timed call is one engine step of a one-layer model (`plan` the step, `run` the layer with a
 reused Workspace — what `attn bench` times as forward); a figure is the median of 9 calls after
-one warm-up (3 with `--quick`). What Python adds is the call itself: about 10 µs per step
+one warm-up (3 with `--quick`). What Python adds is the call itself: 10–15 µs per step
 (argument checks and two calls into the extension), measured against `attn bench`'s own
-workload at one thread — 1–2 % of a B=1 ctx 4096 decode step, under 0.2 % at B=8.
+workload at one thread — about 2 % of a B=1 ctx 4096 decode step (0.7 ms on 2 threads), 0.2 %
+at B=8.
 """
 from __future__ import annotations
 
