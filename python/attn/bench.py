@@ -1,14 +1,25 @@
 """Benchmark every backend that serves a Llama-style layer, from Python, and plot it.
 
-    python -m attn.bench --plot bench.png [--quick] [--json results.json]
+    python -m attn.bench --plot bench.png [--quick] [--json results.json] [--threads N]
 
 Decode steps (one new token per sequence) are memory-bound: the figure is achieved bandwidth,
 KV-cache bytes read ÷ time, per backend and shape, with this machine's measured read bandwidth
-(NumPy dot products on all cores) drawn as the ceiling. Both read data rotated over a pool of at
-least 4× the last-level cache (the rule `attn bench` uses), so they are DRAM figures: the calls
-of one case rotate over enough copies of the batch that none re-reads what the previous call
-left in cache. `--quick` uses a smaller pool and labels its figures as cache figures. The
-prefill shape is compute-bound, so it is reported in time only. Times are medians.
+(NumPy dot products on the same threads) drawn as the ceiling. The prefill shape is
+compute-bound, so it is reported in time only.
+
+Each case is set up and timed as `attn bench` does it, so the two agree on the shapes they share
+(Llama-3.1-8B decode B=1 and B=8 at 4096 tokens): the cache is the one the backend asks for
+(`Attention.make_cache`: cpu_flash's HND_PAIRS layout and block size), first touched by every
+thread, in enough disjoint copies of the batch to span a pool of at least 4× the last-level cache
+(so the calls of one case never re-read what the previous call left in cache: DRAM figures;
+`--quick` uses a smaller pool and labels its figures as cache figures); every sequence's blocks
+are scattered (a random permutation of the cache's blocks, as after a long serving run); each
+timed call is one engine step of a one-layer model (`plan` the step, `run` the layer with a
+reused Workspace — what `attn bench` times as forward); a figure is the median of 9 calls after
+one warm-up (3 with `--quick`). What Python adds is the call itself: 10–15 µs per step
+(argument checks and two calls into the extension), measured against `attn bench`'s own
+workload at one thread — about 2 % of a B=1 ctx 4096 decode step (0.7 ms on 2 threads), 0.2 %
+at B=8.
 """
 from __future__ import annotations
 
@@ -83,10 +94,16 @@ def choose_pool(quick: bool) -> tuple[int, str]:
     return pool, "dram" if llc and pool >= 4 * llc else "cache"
 
 
+def cores() -> int:
+    """The CPUs this process may run on (what the kernels' "all cores" means)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def measure_read_bandwidth(pool_bytes: int, threads: int | None = None, repeats: int = 7) -> float:
-    """Median GB/s of a streaming read of a `pool_bytes` array on all cores (each pass reads the
-    whole pool, so with a DRAM pool nothing a pass reads first is still cached)."""
-    threads = threads or os.cpu_count() or 1
+    """Median GB/s of a streaming read of a `pool_bytes` array on `threads` threads (default: all
+    cores; each pass reads the whole pool, so with a DRAM pool nothing a pass reads first is
+    still cached)."""
+    threads = threads or cores()
     a = np.ones(pool_bytes // 4, dtype=np.float32)
     parts = np.array_split(a, threads)
     rates = []
@@ -99,46 +116,93 @@ def measure_read_bandwidth(pool_bytes: int, threads: int | None = None, repeats:
     return statistics.median(rates)
 
 
-def _median_seconds(fn, min_time: float, max_runs: int) -> float:
-    """fn(i) runs call i; the first call is a warm-up (output first-touch, thread pool start)."""
-    fn(0)
+REPS, QUICK_REPS = 9, 3  # timed calls per case after one warm-up, as `attn bench` times each shape
+FIRST_TOUCH_CHUNK = 2 * MIB
+
+
+def median_after_warmup(call, reps: int) -> float:
+    """Median seconds of call(1) .. call(reps) after call(0) as a warm-up (output first-touch,
+    thread start): the statistic `attn bench` gives every figure."""
+    call(0)
     times = []
-    start = time.perf_counter()
-    while len(times) < max_runs and (len(times) < 3 or time.perf_counter() - start < min_time):
+    for i in range(1, reps + 1):
         t0 = time.perf_counter()
-        fn(len(times) + 1)
+        call(i)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def run_case(cfg: attn.LayerConfig, backend: str, batch: int, context: int, query: int, rng, min_time: float,
-             max_runs: int, pool_bytes: int) -> dict:
-    """One (backend, shape): `context` tokens per sequence plus `query` new ones, in as many
-    disjoint copies of the batch as fill `pool_bytes` (at least two), called in rotation."""
-    layer = attn.Attention(cfg, backend)
-    bs = layer.block_size
-    per_seq = -(-(context + query) // bs)
-    probe = layer.make_cache(1)
-    itemsize = np.dtype(probe.numpy().dtype).itemsize
-    del probe
-    block_bytes = bs * cfg.num_kv_heads * (cfg.head_size + cfg.effective_head_size_v) * itemsize
-    instances = max(2, math.ceil(pool_bytes / (block_bytes * per_seq * batch)))
-    cache = layer.make_cache(instances * batch * per_seq)
-    cache.fill(0.5)  # the contents do not change the speed (no NaN / denormals); every page touched
-    ids = rng.permutation(instances * batch * per_seq).reshape(instances, batch, per_seq).tolist()
-    mds = [attn.BatchMetadata(context_lens=[context] * batch, query_lens=[query] * batch, block_ids=i, cache=cache)
-           for i in ids]  # random block order, as after a long serving run
-    dt = _numpy_dtype(cfg.dtype)
-    q = rng.standard_normal((mds[0].num_tokens, cfg.num_heads, cfg.head_size)).astype(np.float32).astype(dt)
-    out = np.empty((mds[0].num_tokens, cfg.num_heads, cfg.effective_head_size_v), dtype=dt)
-    seconds = _median_seconds(lambda i: layer.forward(q, cache, mds[i % instances], out=out), min_time, max_runs)
-    seq_len = context + query
-    kv_bytes = batch * seq_len * cfg.num_kv_heads * (cfg.head_size + cfg.effective_head_size_v) * itemsize
-    return {"backend": backend, "variant": layer.variant, "batch": batch, "context": context, "query": query,
-            "ms": seconds * 1e3, "kv_bytes": int(kv_bytes), "gbps": kv_bytes / seconds / 1e9, "instances": instances}
+def shuffled_block_ids(rng, instances: int, batch: int, blocks_per_seq: int) -> list:
+    """[instance][sequence] -> block ids: a random permutation of the cache's blocks dealt out in
+    turn, so instances are disjoint and every sequence's blocks lie scattered, as after a long
+    serving run (`attn bench` deals its blocks the same way)."""
+    ids = rng.permutation(instances * batch * blocks_per_seq)
+    return ids.reshape(instances, batch, blocks_per_seq).tolist()
 
 
-def run(quick: bool = False, dtype: str = "bfloat16", backends: list | None = None, min_time: float = 0.3) -> dict:
+def first_touch(cache: attn.KVCache, threads: int) -> None:
+    """Zeroes the storage in contiguous runs of 2 MiB chunks, one run per thread (as `attn bench`
+    does): on a machine with several memory nodes the pages then spread the way a serving
+    process's do. NumPy releases the GIL while it fills."""
+    raw = cache.numpy().reshape(-1).view(np.uint8)
+    chunks = -(-raw.nbytes // FIRST_TOUCH_CHUNK)
+    bounds = [min(raw.nbytes, FIRST_TOUCH_CHUNK * (chunks * t // threads)) for t in range(threads + 1)]
+
+    def zero(t: int) -> None:
+        raw[bounds[t]:bounds[t + 1]] = 0
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(zero, range(threads)))
+
+
+class Case:
+    """One (backend, shape) prepared the way `attn bench` prepares it: the cache the layer's
+    backend asks for (layout, dtype and block size from its cache_spec), in as many disjoint
+    copies ("instances") of the batch as fill `pool_bytes` (at least two), blocks dealt out by
+    shuffled_block_ids. Each timed call is one engine step of a one-layer model: plan the step's
+    metadata, run the layer under the plan with a reused Workspace — what `attn bench` times as
+    forward (plan + run)."""
+
+    def __init__(self, cfg: attn.LayerConfig, backend: str, batch: int, context: int, query: int, rng,
+                 pool_bytes: int, threads: int = 0):
+        self.layer = attn.Attention(cfg, backend, num_threads=threads)
+        bs = self.layer.block_size
+        blocks_per_seq = -(-(context + query) // bs)
+        probe = self.layer.make_cache(1)
+        self.row_bytes = probe.num_kv_heads * (probe.head_size + probe.head_size_v) * probe.numpy().dtype.itemsize
+        del probe
+        per_instance = self.row_bytes * bs * blocks_per_seq * batch
+        self.instances = max(2, math.ceil(pool_bytes / per_instance))
+        self.cache = self.layer.make_cache(self.instances * batch * blocks_per_seq)
+        first_touch(self.cache, threads or cores())
+        self.cache.fill(0.5)  # the contents do not change the speed (no NaN / denormals)
+        self.block_ids = shuffled_block_ids(rng, self.instances, batch, blocks_per_seq)
+        self.metadata = [attn.BatchMetadata(context_lens=[context] * batch, query_lens=[query] * batch, block_ids=ids,
+                                            cache=self.cache) for ids in self.block_ids]
+        dt = _numpy_dtype(cfg.dtype)
+        tokens = self.metadata[0].num_tokens
+        self.q = rng.standard_normal((tokens, cfg.num_heads, cfg.head_size)).astype(np.float32).astype(dt)
+        self.out = np.empty((tokens, cfg.num_heads, cfg.effective_head_size_v), dtype=dt)
+        self.workspace = attn.Workspace()
+        self.kv_bytes = batch * (context + query) * self.row_bytes  # every call reads each sequence's KV once
+
+    def step(self, i: int) -> None:
+        """Call i reads instance i mod instances: one plan of its metadata, one run."""
+        md = self.metadata[i % self.instances]
+        self.layer.run(self.layer.plan(md, self.cache), self.q, self.cache, self.out, workspace=self.workspace)
+
+
+def run_case(cfg: attn.LayerConfig, backend: str, batch: int, context: int, query: int, rng, reps: int,
+             pool_bytes: int, threads: int = 0) -> dict:
+    """One (backend, shape): `context` tokens per sequence plus `query` new ones (see Case)."""
+    case = Case(cfg, backend, batch, context, query, rng, pool_bytes, threads)
+    seconds = median_after_warmup(case.step, reps)
+    return {"backend": backend, "variant": case.layer.variant, "kv_layout": case.cache.layout, "batch": batch,
+            "context": context, "query": query, "ms": seconds * 1e3, "kv_bytes": int(case.kv_bytes),
+            "gbps": case.kv_bytes / seconds / 1e9, "instances": case.instances}
+
+
+def run(quick: bool = False, dtype: str = "bfloat16", backends: list | None = None, threads: int = 0) -> dict:
     cfg = attn.LayerConfig(num_heads=32, num_kv_heads=8, head_size=128, dtype=dtype)  # Llama-3-8B
     valid = [c.backend for c in attn.explain(cfg).candidates if c.valid]
     chosen = [b for b in valid if backends is None or b in backends]
@@ -146,24 +210,26 @@ def run(quick: bool = False, dtype: str = "bfloat16", backends: list | None = No
     prefill = (1, 0, 512)
     rng = np.random.default_rng(0)
     pool_bytes, pool_label = choose_pool(quick)
+    reps = QUICK_REPS if quick else REPS
     print(f"last-level cache {last_level_cache_bytes() / MIB:.0f} MiB; pool {pool_bytes / MIB:.0f} MiB: "
           f"{'DRAM' if pool_label == 'dram' else 'CACHE (not DRAM)'} figures", flush=True)
     results = []
     for backend in chosen:
         for batch, context in decode:
-            r = run_case(cfg, backend, batch, context, 1, rng, min_time, 3 if quick else 10, pool_bytes)
+            r = run_case(cfg, backend, batch, context, 1, rng, reps, pool_bytes, threads)
             results.append(dict(r, kind="decode"))
-            print(f"{backend:>12} decode B={batch:<3} L={context:<5} {r['ms']:9.3f} ms  {r['gbps']:7.2f} GB/s", flush=True)
-        r = run_case(cfg, backend, prefill[0], prefill[1], prefill[2], rng, min_time, 3 if quick else 5, pool_bytes)
+            print(f"{backend:>12} decode B={batch:<3} L={context:<5} {r['ms']:9.3f} ms  {r['gbps']:7.2f} GB/s  "
+                  f"({r['kv_layout']} cache)", flush=True)
+        r = run_case(cfg, backend, prefill[0], prefill[1], prefill[2], rng, reps, pool_bytes, threads)
         results.append(dict(r, kind="prefill"))
         print(f"{backend:>12} prefill B=1   T={prefill[2]:<5} {r['ms']:9.3f} ms", flush=True)
-    ceiling = measure_read_bandwidth(pool_bytes, repeats=3 if quick else 7)
-    print(f"read-bandwidth ceiling ({os.cpu_count()} threads, median): {ceiling:.1f} GB/s ({pool_label})")
+    ceiling = measure_read_bandwidth(pool_bytes, threads, repeats=3 if quick else 7)
+    print(f"read-bandwidth ceiling ({threads or cores()} threads, median): {ceiling:.1f} GB/s ({pool_label})")
     # Other processes on the cores skew every figure: the load is recorded with them.
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return {"config": cfg.to_dict(), "platform": repr(attn.platform()), "ceiling_gbps": ceiling,
             "pool": pool_label, "pool_bytes": pool_bytes, "llc_bytes": last_level_cache_bytes(),
-            "load_average": load, "results": results}
+            "load_average": load, "threads": threads or cores(), "results": results}
 
 
 def plot(data: dict, path: str) -> None:
@@ -216,8 +282,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer shapes and runs (a smoke run)")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--backend", action="append", help="only this backend (repeatable); default: every valid one")
+    p.add_argument("--threads", type=int, default=0, help="threads per call and for the ceiling (0 = all cores)")
     args = p.parse_args(argv)
-    data = run(args.quick, args.dtype, args.backend)
+    data = run(args.quick, args.dtype, args.backend, args.threads)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
