@@ -64,6 +64,23 @@ TEST(BenchCli, KvLayoutRunsTheShapesOnHndRowsAndRefusesOthers) {
   EXPECT_NE((bad.out + bad.err).find("--kv-layout"), std::string::npos) << bad.out << bad.err;
 }
 
+TEST(BenchCli, RoundsReportMediansAndSayHowMany) {
+  // --rounds N measures ceilings and shapes N times; each figure is the median of its rounds.
+  const BenchRun r = bench("--quick --json --rounds 3 --filter llama8b_decode_b1_ctx4096_bf16");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.value("ceiling.rounds", 0), 3) << r.out;
+  EXPECT_NE(j.value("ceiling.statistic", std::string()).find("median of 3 rounds"), std::string::npos) << r.out;
+  EXPECT_GT(j.value("llama8b_decode_b1_ctx4096_bf16.ms", 0.0), 0.0) << r.out;
+  EXPECT_GT(j.value("llama8b_decode_b1_ctx4096_bf16.fraction_of_dram", 0.0), 0.0) << r.out;
+  const BenchRun text = bench("--quick --rounds 2 --filter no_such_shape");
+  ASSERT_EQ(text.rc, 0) << text.err;
+  EXPECT_NE(text.out.find("median of 2 rounds"), std::string::npos) << text.out;
+  const BenchRun bad = bench("--quick --rounds 0 --filter no_such_shape");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE((bad.out + bad.err).find("--rounds"), std::string::npos) << bad.out << bad.err;
+}
+
 TEST(BenchCli, HelpDescribesTheShapes) {
   const BenchRun r = bench("--help");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -6,9 +6,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <vector>
 
 #include "attn/error.hpp"
 #include "bench_report.hpp"
@@ -70,6 +72,44 @@ BenchRow measure_shape(const Shape& s, const BenchCeilings& c, bool quick) {
   return r;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// One result from several rounds: each number the median of its rounds (fractions were taken
+/// within each round, against that round's ceilings); the load average the highest seen.
+BenchResults median_of_rounds(const std::vector<BenchResults>& rounds) {
+  BenchResults out = rounds.front();
+  auto med = [&](auto get) {
+    std::vector<double> v;
+    for (const BenchResults& r : rounds) v.push_back(get(r));
+    return median(v);
+  };
+  BenchCeilings& c = out.ceilings;
+  c.rounds = int(rounds.size());
+  for (const BenchResults& r : rounds) c.load_average = std::max(c.load_average, r.ceilings.load_average);
+  c.read_1t.value = med([](const BenchResults& r) { return r.ceilings.read_1t.value; });
+  c.read_all.value = med([](const BenchResults& r) { return r.ceilings.read_all.value; });
+  c.read_write_all.value = med([](const BenchResults& r) { return r.ceilings.read_write_all.value; });
+  c.fp32_fma.value = med([](const BenchResults& r) { return r.ceilings.fp32_fma.value; });
+  c.bf16_dot.value = med([](const BenchResults& r) { return r.ceilings.bf16_dot.value; });
+  c.amx_bf16.value = med([](const BenchResults& r) { return r.ceilings.amx_bf16.value; });
+  for (std::size_t i = 0; i < out.rows.size(); ++i) {
+    BenchRow& row = out.rows[i];
+    auto field = [&](auto get) { return med([&](const BenchResults& r) { return get(r.rows[i]); }); };
+    row.ms = field([](const BenchRow& x) { return x.ms; });
+    row.figure = field([](const BenchRow& x) { return x.figure; });
+    row.fraction = field([](const BenchRow& x) { return x.fraction; });
+    if (row.paged_read_gbs) row.paged_read_gbs = field([](const BenchRow& x) { return x.paged_read_gbs.value_or(0); });
+    if (row.fraction_of_paged_read)
+      row.fraction_of_paged_read = field([](const BenchRow& x) { return x.fraction_of_paged_read.value_or(0); });
+    if (row.vs_reference) row.vs_reference = field([](const BenchRow& x) { return x.vs_reference.value_or(0); });
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
@@ -85,16 +125,23 @@ int run_bench(const BenchOptions& o) {
     if (!o.json) std::cerr << s << std::flush;
   };
 
-  log("measuring ceilings...\n");
-  BenchResults res;
-  res.ceilings = measure_ceilings(threads, o.quick);
-  for (Shape s : bench_shapes(o.quick)) {
-    if (!o.filter.empty() && s.name.find(o.filter) == std::string::npos) continue;
-    if (o.kv_layout == "HND") s.layout = attn::KVLayout::HND;  // the row layout, for side-by-side runs
-    log("  " + s.name + " ...");
-    res.rows.push_back(measure_shape(s, res.ceilings, o.quick));
-    log(std::string(" ") + std::to_string(res.rows.back().ms) + " ms\n");
+  // Rounds one after the other, each with its own ceilings: a machine whose bandwidth drifts
+  // (shared hosts) moves a round's ceilings and shapes together, so within-round fractions hold.
+  std::vector<BenchResults> rounds;
+  for (int round = 0; round < o.rounds; ++round) {
+    log(o.rounds > 1 ? "round " + std::to_string(round + 1) + " of " + std::to_string(o.rounds) + ": measuring ceilings...\n"
+                     : "measuring ceilings...\n");
+    BenchResults& res = rounds.emplace_back();
+    res.ceilings = measure_ceilings(threads, o.quick);
+    for (Shape s : bench_shapes(o.quick)) {
+      if (!o.filter.empty() && s.name.find(o.filter) == std::string::npos) continue;
+      if (o.kv_layout == "HND") s.layout = attn::KVLayout::HND;  // the row layout, for side-by-side runs
+      log("  " + s.name + " ...");
+      res.rows.push_back(measure_shape(s, res.ceilings, o.quick));
+      log(std::string(" ") + std::to_string(res.rows.back().ms) + " ms\n");
+    }
   }
+  BenchResults res = median_of_rounds(rounds);
   res.sets = run_figure_sets(o.filter, o.quick, res.ceilings.read_all.value, res.ceilings.read_write_all.value, threads,
                              [&](const std::string& name) { log("  " + name + " figures ...\n"); });
 

@@ -12,6 +12,7 @@ struct BenchOptions {
   int threads = 0;            // 0 = all cores
   std::string csv_path;       // also write CSV here when set
   std::string kv_layout;      // cache layout of the attention shapes ("" = cpu_flash's cache_spec)
+  int rounds = 1;             // ceilings + shapes measured this many times, medians reported
 };
 
 /// Runs the benchmark; returns the process exit code.

@@ -36,7 +36,9 @@ nlohmann::ordered_json bench_json(const BenchResults& r) {
   j["ceiling.pool_bytes"] = c.pool.bytes;
   j["ceiling.llc_bytes"] = c.llc.bytes;
   j["ceiling.llc_source"] = c.llc.source;
-  j["ceiling.statistic"] = "median of " + std::to_string(c.reps);
+  j["ceiling.statistic"] = "median of " + std::to_string(c.reps) +
+                           (c.rounds > 1 ? ", then median of " + std::to_string(c.rounds) + " rounds" : "");
+  j["ceiling.rounds"] = c.rounds;
   j["ceiling.load_average"] = c.load_average;
   put_ceiling(j, "dram_read_1thread", "gbs", c.read_1t);
   put_ceiling(j, "dram_read", "gbs", c.read_all);
@@ -76,7 +78,10 @@ void print_bench_table(const BenchResults& r) {
     std::printf(" (>= 4x LLC): bandwidth figures are DRAM figures\n");
   else
     std::printf(" (< 4x LLC): bandwidth figures are CACHE figures, not DRAM\n");
-  std::printf("ceilings (%d threads, median of %d):\n", c.threads, c.reps);
+  std::printf("ceilings (%d threads, median of %d", c.threads, c.reps);
+  if (c.rounds > 1)
+    std::printf("; every figure below is the median of %d rounds, each round's fractions against its own ceilings", c.rounds);
+  std::printf("):\n");
   // Other processes on the cores lower every figure, the ceilings included.
   if (c.load_average > c.threads)
     std::printf("  (load average %.1f on %d threads: other work shared the cores, figures are noisy)\n", c.load_average,

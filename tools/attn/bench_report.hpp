@@ -24,8 +24,8 @@ struct BenchRow {
 struct BenchCeilings {
   attn_bench::LastLevelCache llc;
   attn_bench::Pool pool;
-  int threads = 0, reps = 0;
-  double load_average = -1;  // 1-minute load when the ceilings were measured; -1 = unknown
+  int threads = 0, reps = 0, rounds = 1;
+  double load_average = -1;  // 1-minute load when the ceilings were measured (the highest of the rounds); -1 = unknown
   attn_bench::Ceiling read_1t, read_all, read_write_all, fp32_fma, bf16_dot, amx_bf16;
   /// Best non-AMX matmul throughput: what a vector-unit prefill kernel can reach.
   double matmul_peak() const { return std::max(fp32_fma.value, bf16_dot.value); }

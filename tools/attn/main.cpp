@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
   cmd_bench->add_option("--csv", bench.csv_path, "also write CSV here");
   cmd_bench->add_option("--kv-layout", bench.kv_layout, "HND: attention shapes on HND row caches instead of cpu_flash's own layout")
       ->check(CLI::IsMember({"HND"}));
+  cmd_bench->add_option("--rounds", bench.rounds,
+                        "measure the ceilings and the shapes this many times, one after the other, and report medians "
+                        "(fractions are taken within each round): steadier on a machine whose bandwidth drifts")
+      ->check(CLI::Range(1, 99));
 
   attn_cli::TuneOptions tune;
   auto* cmd_tune = app.add_subcommand("tune", "time every valid backend, kernel variant and block size of a model's layers here; the selector then prefers the fastest");
