@@ -106,6 +106,8 @@ MlaCase make_mla_case(const MlaCaseSpec& spec) {
   Buffer k(DType::float32, {wmd.num_tokens, 1, W});
   float* kp = static_cast<float*>(k.data());
   for (int64_t i = 0; i < int64_t(wmd.num_tokens) * W; ++i) kp[i] = float(uni(rng));
+  if (spec.shape_entry)
+    for (int t = 0; t < wmd.num_tokens; ++t) spec.shape_entry(t, kp + size_t(t) * W);
   for (int s = 1; s < S; ++s) {
     for (int p = 0; p < nshared[s] * bs; ++p) {
       const int t = wmd.query_start_loc[s] + p;

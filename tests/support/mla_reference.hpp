@@ -5,6 +5,7 @@
 //    which the absorbed form must equal after projecting its latent output with W_UV;
 //  - top-k sparse MLA (listed positions only) and Phi-3-small block-sparse attention.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct MlaCaseSpec {
   int topk = 0;               // > 0: use_sparse with this many indices per token (padded with -1)
   float kv_scale = 1.0f;      // fp8 caches
   int num_threads = 0;
+  // Optional: rewrites the latent entry (rank + rope values drawn uniform in [-1, 1]) of write
+  // token `token` before it is written (e.g. fp8_ds_mla tiles of very different scales).
+  std::function<void(int token, float* entry)> shape_entry;
   std::string describe() const;
 };
 

@@ -9,12 +9,16 @@
 // Masking: keys visible to every row of a head block go through the pair products; the few keys
 // visible to only some lanes (a causal diagonal, an odd last key) are added in fp32 under a lane
 // mask, so a masked lane never multiplies a non-finite value.
+// fp8_ds_mla entries: the e4m3 latent widens to bf16 exactly and the tile scales stay fp32 (folded
+// into the scores per tile, and into P per tile for P·V, split hi + lo), so no stored value is
+// rounded; the rope part is bf16 already.
 #if defined(__x86_64__)
 #include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "attn/numeric.hpp"
@@ -29,7 +33,7 @@ namespace {
 struct Scratch {
   std::vector<uint32_t> q, qlo, vp, pp, plo;
   std::vector<uint16_t> kconv, vconv, zero;
-  std::vector<float> s, oacc, m, l, alpha;
+  std::vector<float> s, oacc, m, l, alpha, tile_scales;
   std::vector<int32_t> lim, lo, hi, pairs;
 };
 
@@ -123,7 +127,10 @@ inline __m512i pair_up(__m512 x0, __m512 x1) {
 
 bool handles(const AttendArgs& a) {
   const DType d = a.kv->dtype;
-  const bool storage = (d == DType::bfloat16 || d == DType::fp8_e4m3 || d == DType::fp8_e5m2) && !a.kv->ds_mla;
+  // fp8_ds_mla: the whole MLA entry (latent then rope) as K, its latent as V.
+  const bool ds = a.kv->ds_mla && d == DType::fp8_e4m3 && a.k_offset == 0 && a.v_offset < 0 &&
+                  a.width == ds_mla::kRank + ds_mla::kRope && a.rank == ds_mla::kRank;
+  const bool storage = ds || ((d == DType::bfloat16 || d == DType::fp8_e4m3 || d == DType::fp8_e5m2) && !a.kv->ds_mla);
   const float vs = a.v_offset >= 0 ? a.v_scale : a.kv_scale;
   return storage && a.width % 2 == 0 && a.rank % kLanes == 0 && a.rank > 0 && (a.v_offset >= 0 || a.rank <= a.width) &&
          std::isfinite(a.kv_scale) && a.kv_scale > 0.0f && std::isfinite(vs) && vs > 0.0f;
@@ -136,7 +143,8 @@ void attend(const AttendArgs& a) {
   const bool separate_v = a.v_offset >= 0;
   const float v_scale = separate_v ? a.v_scale : a.kv_scale;
   const DType dt = a.kv->dtype;
-  const bool direct = dt == DType::bfloat16, e5m2 = dt == DType::fp8_e5m2;
+  const bool direct = dt == DType::bfloat16, e5m2 = dt == DType::fp8_e5m2, ds = a.kv->ds_mla;
+  constexpr int kTiles = ds_mla::kTiles;
 
   uint32_t* qp = sized(sc.q, size_t(P) * GR);
   uint32_t* ql = sized(sc.qlo, size_t(P) * GR);
@@ -183,20 +191,36 @@ void attend(const AttendArgs& a) {
   uint16_t* kconv = direct ? nullptr : sized(sc.kconv, size_t(kKeys) * W);
   uint16_t* vconv = direct || !separate_v ? nullptr : sized(sc.vconv, size_t(kKeys) * R);
   uint32_t* vp = sized(sc.vp, size_t(kKeys / 2) * R);
-  uint32_t* pp = sized(sc.pp, size_t(kKeys / 2) * GR);
-  uint32_t* pl = need_lo ? sized(sc.plo, size_t(kKeys / 2) * GR) : nullptr;
+  // P pairs: one array, or (fp8_ds_mla) one per tile, P times the keys' scales of that tile.
+  const int p_arrays = ds ? kTiles : 1;
+  const size_t p_size = size_t(kKeys / 2) * GR;
+  uint32_t* pp = sized(sc.pp, p_arrays * p_size);
+  // fp8_ds_mla splits P·s into bf16 hi + lo as well: one bf16 rounding of P·s per tile, against
+  // the rounded P that l sums, loses the cancellation that a single scale keeps (the weights of
+  // a tile no longer sum to l's); q stays one bf16 part where it is exact.
+  const bool p_lo = need_lo || ds;
+  uint32_t* pl = p_lo ? sized(sc.plo, p_arrays * p_size) : nullptr;
   float* sbuf = sized(sc.s, size_t(kKeys) * GR);
+  float* ksc = ds ? sized(sc.tile_scales, size_t(kKeys) * kTiles) : nullptr;  // [key][tile]
+
   const uint16_t* krow[kKeys];
   const uint16_t* vrow[kKeys];
   const char* next[kKeys];
-  const int row_lines = (W * int(dtype_size(dt)) + 63) / 64;
+  // An fp8_ds_mla entry (656 bytes) starts anywhere in a line: one more line covers its end.
+  const int row_lines = ds ? (ds_mla::kEntryBytes + 63) / 64 + 1 : (W * int(dtype_size(dt)) + 63) / 64;
   const __m512 smul = _mm512_set1_ps(q_mul * a.kv_scale), ninf = _mm512_set1_ps(-INFINITY);
 
   for (int c0 = 0; c0 < max_limit; c0 += kKeys) {
     const int n = std::min(kKeys, max_limit - c0), nk = (n + 15) / 16 * 16;
     for (int j = 0; j < n; ++j) {
       const uint8_t* k = entry_ptr(*a.kv, a.slots[c0 + j], a.k_offset);
-      if (direct) {
+      if (ds) {
+        uint16_t* row = kconv + size_t(j) * W;
+        fp8_to_bf16(k, false, ds_mla::kRank, row);
+        std::memcpy(row + ds_mla::kRank, k + ds_mla::kRopeOffset, ds_mla::kRope * sizeof(uint16_t));
+        std::memcpy(ksc + size_t(j) * kTiles, k + ds_mla::kScalesOffset, kTiles * sizeof(float));
+        krow[j] = row;
+      } else if (direct) {
         krow[j] = reinterpret_cast<const uint16_t*>(k);
       } else {
         fp8_to_bf16(k, e5m2, W, kconv + size_t(j) * W);
@@ -213,14 +237,17 @@ void attend(const AttendArgs& a) {
         }
       }
     }
-    for (int j = n; j < nk; ++j) krow[j] = zero;
+    for (int j = n; j < nk; ++j) {
+      krow[j] = zero;
+      if (ds) std::fill_n(ksc + size_t(j) * kTiles, kTiles, 1.0f);
+    }
     const int c1 = c0 + kKeys, n1 = std::max(0, std::min(kKeys, max_limit - c1));
     for (int j = 0; j < n1; ++j) next[j] = reinterpret_cast<const char*>(entry_ptr(*a.kv, a.slots[c1 + j], a.k_offset));
     Prefetch pf{next, n1, row_lines};
     const int lines = n1 * row_lines, iters = score_iterations(HB, nk, P) + pv_iterations(HB, R, n / 2);
     pf.every = pf.countdown = std::max(1, iters / std::max(1, lines));
     pack_v_pairs(vrow, n, R, vp);
-    score_chunk(qp, need_lo ? ql : nullptr, HB, P, krow, nk, sbuf, pf);
+    score_chunk(qp, need_lo ? ql : nullptr, HB, P, krow, ksc, nk, sbuf, pf);
 
     for (int hb = 0; hb < HB; ++hb) {
       npairs[hb] = -1;
@@ -252,14 +279,17 @@ void attend(const AttendArgs& a) {
       };
       for (int i = 0; i < np; ++i) {
         const __m512 p0 = prob(2 * i), p1 = prob(2 * i + 1);
-        const __m512 r0 = bf16_round(p0), r1 = bf16_round(p1);
-        _mm512_storeu_si512(pp + (size_t(i) * HB + hb) * kLanes, pair_up(r0, r1));
-        if (need_lo) {
-          _mm512_storeu_si512(pl + (size_t(i) * HB + hb) * kLanes, pair_up(_mm512_sub_ps(p0, r0), _mm512_sub_ps(p1, r1)));
-          sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-        } else {
-          sum = _mm512_add_ps(sum, _mm512_add_ps(r0, r1));
+        for (int t = 0; t < p_arrays; ++t) {
+          // fp8_ds_mla: P times the key's scale of tile t, rounded to bf16 once.
+          const __m512 x0 = ds ? _mm512_mul_ps(p0, _mm512_set1_ps(ksc[size_t(2 * i) * kTiles + t])) : p0;
+          const __m512 x1 = ds ? _mm512_mul_ps(p1, _mm512_set1_ps(ksc[size_t(2 * i + 1) * kTiles + t])) : p1;
+          const size_t at = t * p_size + (size_t(i) * HB + hb) * kLanes;
+          _mm512_storeu_si512(pp + at, pair_up(x0, x1));
+          if (p_lo)
+            _mm512_storeu_si512(pl + at, pair_up(_mm512_sub_ps(x0, bf16_round(x0)), _mm512_sub_ps(x1, bf16_round(x1))));
         }
+        // The row sum of the weights P·V used (unscaled): rounded P, or P itself with the residue.
+        sum = _mm512_add_ps(sum, p_lo ? _mm512_add_ps(p0, p1) : _mm512_add_ps(bf16_round(p0), bf16_round(p1)));
       }
       // Keys left for the masked fp32 path keep their fp32 P in the score buffer.
       for (int t = 2 * np; t < std::min(n, hi[hb] - c0); ++t) {
@@ -280,7 +310,13 @@ void attend(const AttendArgs& a) {
       }
       int end = hb + 1;
       while (end < HB && npairs[end] == npairs[hb]) ++end;
-      pv_chunk(oacc, alpha, HB, hb, end, R, pp, pl, vp, npairs[hb], pf);
+      if (!ds) {
+        pv_chunk(oacc, alpha, HB, hb, end, R, 0, R, pp, pl, vp, npairs[hb], pf);
+      } else {
+        for (int t = 0; t < kTiles; ++t)
+          pv_chunk(oacc, alpha, HB, hb, end, R, t * ds_mla::kTile, (t + 1) * ds_mla::kTile, pp + t * p_size,
+                   pl ? pl + t * p_size : nullptr, vp, npairs[hb], pf);
+      }
       hb = end;
     }
     for (int hb = 0; hb < HB; ++hb) {
@@ -290,10 +326,12 @@ void attend(const AttendArgs& a) {
         const __mmask16 valid = _mm512_cmpgt_epi32_mask(limv, _mm512_set1_epi32(t));
         const __m512 p = _mm512_loadu_ps(sbuf + (size_t(t) * HB + hb) * kLanes);
         const uint16_t* v = vrow[t];
+        __m512 pc = p;  // P times the column's tile scale (fp8_ds_mla)
         for (int c = 0; c < R; ++c) {
+          if (ds && c % ds_mla::kTile == 0) pc = _mm512_mul_ps(p, _mm512_set1_ps(ksc[size_t(t) * kTiles + c / ds_mla::kTile]));
           float* o = oacc + (size_t(c) * HB + hb) * kLanes;
           const __m512 vc = _mm512_set1_ps(bf16_to_f32(v[c]));
-          _mm512_storeu_ps(o, _mm512_mask3_fmadd_ps(p, vc, _mm512_loadu_ps(o), valid));
+          _mm512_storeu_ps(o, _mm512_mask3_fmadd_ps(pc, vc, _mm512_loadu_ps(o), valid));
         }
       }
     }

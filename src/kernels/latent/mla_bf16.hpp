@@ -11,7 +11,13 @@
 //   Oᵀ[col][row] += Σ_i  P[row](2i, 2i+1) · V(2i, 2i+1)[col]  B = the chunk's V rows interleaved
 //                                                                by key pairs (packed once, read
 //                                                                by every head block)
+//
+// fp8_ds_mla entries (per-tile scales) keep their e4m3 values exact in bf16; each 128-value tile
+// is weighted by its key's own scale outside the products: the scores sum the tiles' partial dot
+// products times their scales, and P·V runs tile by tile with P times the key's tile scale.
 #include <cstdint>
+
+#include "attn/kv_cache.hpp"
 
 namespace attn::mla::bf16dot {
 
@@ -36,18 +42,23 @@ struct Prefetch {
   }
 };
 
+constexpr int kTilePairs = ds_mla::kTile / 2;  // pairs per fp8_ds_mla tile
+
 /// Scores of one chunk: sbuf[key][hb][16] = Σ over `pairs` of qp[p][hb][lane] · k[key] pair p,
 /// for every head block and `keys` keys (a multiple of 16; missing keys point at a zero row).
 /// qlo (nullable): the residue of q below bf16, added as a second product.
+/// tile_scales (nullable, fp8_ds_mla): [key][ds_mla::kTiles]; pairs [kTilePairs·t, kTilePairs·(t+1))
+/// are weighted by tile t's scale, the pairs after the last tile (rope) by 1.
 void score_chunk(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
-                 int num_keys, float* sbuf, Prefetch& pf);
+                 const float* tile_scales, int num_keys, float* sbuf, Prefetch& pf);
 /// Inner iterations score_chunk runs (for spreading the prefetches).
 int score_iterations(int head_blocks, int num_keys, int pairs);
 
 /// Oᵀ[col][hb] = Oᵀ · alpha[hb] + Σ_i pp[i][hb] · vp[i][col] over `num_pairs` key pairs, for
-/// head blocks [hb0, hb1) (cols: multiple of 16). plo (nullable): the residue of P below bf16.
-void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
-              const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf);
+/// head blocks [hb0, hb1) and columns [col0, col1) of the `cols` columns of vp (all multiples of
+/// 16). plo (nullable): the residue of P below bf16.
+void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, int col0, int col1,
+              const uint32_t* pp, const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf);
 /// Inner iterations pv_chunk runs over head blocks [0, head_blocks).
 int pv_iterations(int head_blocks, int cols, int num_pairs);
 
@@ -55,7 +66,7 @@ int pv_iterations(int head_blocks, int cols, int num_pairs);
 /// vp[i][c] = (v[2i][c], v[2i+1][c]) for i < ceil(n / 2).
 void pack_v_pairs(const uint16_t* const* rows, int n, int cols, uint32_t* vp);
 
-/// fp8 (e4m3 or e5m2) → bf16, exactly (3 or 2 mantissa bits fit in bf16's 7).
+/// fp8 (e4m3 or e5m2) → bf16, exactly (3 or 2 mantissa bits fit in bf16's 7; NaN stays NaN).
 void fp8_to_bf16(const uint8_t* src, bool e5m2, int n, uint16_t* dst);
 
 }  // namespace attn::mla::bf16dot

@@ -23,54 +23,68 @@ inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_loadu_si
 
 // NH head blocks × NT keys. The key pointers stay fixed while one offset walks the pairs, so
 // the loop needs NT + 2 address registers: NT = 8 keeps them all in registers (16 spilled six).
-template <int NH, int NT, bool LO>
+// DS (fp8_ds_mla): the pairs run tile by tile into fresh accumulators, each tile's sums folded
+// into the score buffer (L1) with one FMA by the key's tile scale, so no second set of
+// accumulators is live; the rope pairs after the last tile add with weight 1.
+template <int NH, int NT, bool LO, bool DS>
 void score_tile(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int hb, int pairs, const uint16_t* const* keys,
-                float* sbuf, Prefetch& pf) {
-  __m512 acc[NT][NH];
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < NH; ++h) acc[t][h] = _mm512_setzero_ps();
+                const float* tile_scales, float* sbuf, Prefetch& pf) {
   const uint16_t* k[NT];
   for (int t = 0; t < NT; ++t) k[t] = keys[t];
   const size_t qstride = size_t(head_blocks) * kLanes;
   const uint32_t* q = qp + size_t(hb) * kLanes;
   const uint32_t* ql = LO ? qlo + size_t(hb) * kLanes : nullptr;
-  for (int p = 0; p < pairs; ++p) {
-    pf.tick();
-    __m512bh qv[NH], qlv[NH];
-    for (int h = 0; h < NH; ++h) {
-      qv[h] = load_pairs(q + h * kLanes);
-      if constexpr (LO) qlv[h] = load_pairs(ql + h * kLanes);
-    }
-#pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) {
-      const __m512bh kb = bcast_pair(k[t] + 2 * p);
+  for (int seg = 0, p = 0; p < pairs; ++seg) {
+    const bool scaled = DS && seg < ds_mla::kTiles;
+    const int end = scaled ? std::min(pairs, (seg + 1) * kTilePairs) : pairs;
+    __m512 acc[NT][NH];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < NH; ++h) acc[t][h] = _mm512_setzero_ps();
+    for (; p < end; ++p) {
+      pf.tick();
+      __m512bh qv[NH], qlv[NH];
       for (int h = 0; h < NH; ++h) {
-        acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qv[h], kb);
-        if constexpr (LO) acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qlv[h], kb);
+        qv[h] = load_pairs(q + h * kLanes);
+        if constexpr (LO) qlv[h] = load_pairs(ql + h * kLanes);
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const __m512bh kb = bcast_pair(k[t] + 2 * p);
+        for (int h = 0; h < NH; ++h) {
+          acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qv[h], kb);
+          if constexpr (LO) acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qlv[h], kb);
+        }
+      }
+      q += qstride;
+      if constexpr (LO) ql += qstride;
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m512 scale = _mm512_set1_ps(scaled ? tile_scales[t * ds_mla::kTiles + seg] : 1.0f);
+      for (int h = 0; h < NH; ++h) {
+        float* dst = sbuf + (size_t(t) * head_blocks + hb + h) * kLanes;
+        __m512 v = acc[t][h];
+        if (seg > 0) v = scaled ? _mm512_fmadd_ps(v, scale, _mm512_loadu_ps(dst)) : _mm512_add_ps(v, _mm512_loadu_ps(dst));
+        else if (scaled) v = _mm512_mul_ps(v, scale);
+        _mm512_storeu_ps(dst, v);
       }
     }
-    q += qstride;
-    if constexpr (LO) ql += qstride;
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(sbuf + (size_t(t) * head_blocks + hb + h) * kLanes, acc[t][h]);
 }
 
-template <bool LO>
+template <bool LO, bool DS>
 void score_chunk_impl(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
-                      int num_keys, float* sbuf, Prefetch& pf) {
+                      const float* tile_scales, int num_keys, float* sbuf, Prefetch& pf) {
   // Pairs of head blocks × 8 keys when there are two (q loads 2, broadcasts 8 per 16 products);
   // a lone head block (16 heads, the DeepSeek TP-8 case) takes 8 keys against one q vector:
   // 8 chains still cover vdpbf16ps's latency.
+  auto scales = [&](int t) { return DS ? tile_scales + size_t(t) * ds_mla::kTiles : nullptr; };
   int hb = 0;
   for (; hb + 2 <= head_blocks; hb += 2)
-    for (int t = 0; t < num_keys; t += 8) {
-            score_tile<2, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes, pf);
-    }
+    for (int t = 0; t < num_keys; t += 8)
+      score_tile<2, 8, LO, DS>(qp, qlo, head_blocks, hb, pairs, keys + t, scales(t), sbuf + size_t(t) * head_blocks * kLanes, pf);
   for (; hb < head_blocks; ++hb)
-    for (int t = 0; t < num_keys; t += 8) {
-            score_tile<1, 8, LO>(qp, qlo, head_blocks, hb, pairs, keys + t, sbuf + size_t(t) * head_blocks * kLanes, pf);
-    }
+    for (int t = 0; t < num_keys; t += 8)
+      score_tile<1, 8, LO, DS>(qp, qlo, head_blocks, hb, pairs, keys + t, scales(t), sbuf + size_t(t) * head_blocks * kLanes, pf);
 }
 
 // NC columns × NH head blocks of Oᵀ, scaled by the blocks' alpha on the way in.
@@ -111,41 +125,37 @@ void pv_tile(float* oacc, const float* alpha, int head_blocks, int hb, int c0, c
 }
 
 template <bool LO>
-void pv_chunk_impl(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
-                   const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
+void pv_chunk_impl(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, int col0, int col1,
+                   const uint32_t* pp, const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
   // Four head blocks × 4 columns (4 + 4 loads per 16 products) where there are four; fewer
   // blocks take more columns so 16 accumulators stay live.
   int hb = hb0;
   for (; hb + 4 <= hb1; hb += 4)
-    for (int c = 0; c < cols; c += 4) {
-            pv_tile<4, 4, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
-    }
+    for (int c = col0; c < col1; c += 4) pv_tile<4, 4, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
   for (; hb + 2 <= hb1; hb += 2)
-    for (int c = 0; c < cols; c += 8) {
-            pv_tile<8, 2, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
-    }
+    for (int c = col0; c < col1; c += 8) pv_tile<8, 2, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
   for (; hb < hb1; ++hb)
-    for (int c = 0; c < cols; c += 16) {
-            pv_tile<16, 1, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
-    }
+    for (int c = col0; c < col1; c += 16) pv_tile<16, 1, LO>(oacc, alpha, head_blocks, hb, c, pp, plo, vp, cols, num_pairs, pf);
 }
 
 }  // namespace
 
 void score_chunk(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int pairs, const uint16_t* const* keys,
-                 int num_keys, float* sbuf, Prefetch& pf) {
-  if (qlo) score_chunk_impl<true>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, pf);
-  else score_chunk_impl<false>(qp, qlo, head_blocks, pairs, keys, num_keys, sbuf, pf);
+                 const float* tile_scales, int num_keys, float* sbuf, Prefetch& pf) {
+  if (qlo && tile_scales) score_chunk_impl<true, true>(qp, qlo, head_blocks, pairs, keys, tile_scales, num_keys, sbuf, pf);
+  else if (qlo) score_chunk_impl<true, false>(qp, qlo, head_blocks, pairs, keys, tile_scales, num_keys, sbuf, pf);
+  else if (tile_scales) score_chunk_impl<false, true>(qp, qlo, head_blocks, pairs, keys, tile_scales, num_keys, sbuf, pf);
+  else score_chunk_impl<false, false>(qp, qlo, head_blocks, pairs, keys, tile_scales, num_keys, sbuf, pf);
 }
 
 int score_iterations(int head_blocks, int num_keys, int pairs) {
   return (head_blocks / 2 + head_blocks % 2) * (num_keys / 8) * pairs;
 }
 
-void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, const uint32_t* pp,
-              const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
-  if (plo) pv_chunk_impl<true>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs, pf);
-  else pv_chunk_impl<false>(oacc, alpha, head_blocks, hb0, hb1, cols, pp, plo, vp, num_pairs, pf);
+void pv_chunk(float* oacc, const float* alpha, int head_blocks, int hb0, int hb1, int cols, int col0, int col1,
+              const uint32_t* pp, const uint32_t* plo, const uint32_t* vp, int num_pairs, Prefetch& pf) {
+  if (plo) pv_chunk_impl<true>(oacc, alpha, head_blocks, hb0, hb1, cols, col0, col1, pp, plo, vp, num_pairs, pf);
+  else pv_chunk_impl<false>(oacc, alpha, head_blocks, hb0, hb1, cols, col0, col1, pp, plo, vp, num_pairs, pf);
 }
 
 int pv_iterations(int head_blocks, int cols, int num_pairs) {

@@ -15,13 +15,13 @@ float mla_scale(const LayerParams& p) {
 std::string mla_variant_name(const LayerConfig& c) {
   std::string name;
   best_attend(&name);
-  // The AMX and bf16-dot kernels serve bf16 / fp8 latent caches; they hand others (fp8_ds_mla
-  // included: per-tile scales) to the avx512 one.
+  // The AMX and bf16-dot kernels serve bf16 / fp8 latent caches, the bf16-dot one fp8_ds_mla
+  // entries too (per-tile scales); they hand the others to the avx512 one.
   const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
   const bool ds_mla = c.kv_cache_dtype == KVCacheDType::fp8_ds_mla;
   if (name == "amx" && (ds_mla || !(amx_handles_storage(storage) && c.kv_lora_rank % 32 == 0)))
     name = "avx512";
-  if (name == "avx512bf16" && (ds_mla || !bf16_handles_storage(storage, c.kv_lora_rank))) name = "avx512";
+  if (name == "avx512bf16" && !bf16_handles_storage(storage, c.kv_lora_rank)) name = "avx512";
   return name;
 }
 

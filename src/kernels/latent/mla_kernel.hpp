@@ -46,8 +46,8 @@ AttendFn attend_avx512();  // requires avx512f/bw/vl + f16c (checked by the call
 /// Requires avx512_bf16 as well. Runs the vdpbf16ps kernel (mla_bf16.hpp) for the calls
 /// bf16_handles() accepts and the avx512 one for the others.
 AttendFn attend_avx512_bf16();
-/// Caches stored as bf16 or fp8 (exact in bf16), even entry width, rank % 16 == 0; not fp8_ds_mla
-/// (its per-tile scales are applied by the avx512 kernel's widening).
+/// Caches stored as bf16 or fp8 (exact in bf16), even entry width, rank % 16 == 0, and fp8_ds_mla
+/// MLA entries (tile scales applied outside the bf16 products).
 bool bf16_handles(const AttendArgs& args);
 /// The same test from a layer's cache storage dtype and rank (for variant names).
 bool bf16_handles_storage(DType cache_dtype, int rank);
