@@ -126,6 +126,7 @@ class BackendInfo:
     priority: int
     preferred_block_size: int
     kv_layout: str
+    kv_layout_rule: dict[str, Any] | None
     module: str
     variant: str
     platforms: list[str]

@@ -80,6 +80,7 @@ struct BackendInfo {
   int priority = 0, preferred_block_size = 0;
   std::vector<std::string> platforms, dtypes, kv_cache_dtypes, attn_types, required_cpu_features, features;
   std::string head_sizes, block_sizes, compute_capability;
+  nb::object kv_layout_rule;  // None, or {"q_dtypes", "storage_dtypes", "otherwise"}: the caches kv_layout is kept for
 
   /// Read from the library's JSON record of the backend (attn::to_json), the one rendering
   /// `attn backends` prints too.
@@ -90,6 +91,7 @@ struct BackendInfo {
     auto list = [](const nb::dict& from, const char* key) { return nb::cast<std::vector<std::string>>(from[key]); };
     name = text(j, "name"), summary = text(j, "summary"), module = text(j, "module");
     kv_layout = text(j, "kv_layout"), variant = text(j, "variant");
+    kv_layout_rule = j["kv_layout_rule"];
     priority = nb::cast<int>(j["priority"]), preferred_block_size = nb::cast<int>(j["preferred_block_size"]);
     platforms = list(c, "platforms"), dtypes = list(c, "dtypes"), kv_cache_dtypes = list(c, "kv_cache_dtypes");
     attn_types = list(c, "attn_types"), required_cpu_features = list(c, "required_cpu_features");
@@ -201,6 +203,8 @@ void bind_config(nb::module_& m) {
       .def_ro("priority", &BackendInfo::priority)
       .def_ro("preferred_block_size", &BackendInfo::preferred_block_size)
       .def_ro("kv_layout", &BackendInfo::kv_layout)
+      .def_ro("kv_layout_rule", &BackendInfo::kv_layout_rule,
+              "None (kv_layout for every cache), or the q / storage dtypes kv_layout is kept for and the layout otherwise")
       .def_ro("module", &BackendInfo::module)
       .def_ro("variant", &BackendInfo::variant)
       .def_ro("platforms", &BackendInfo::platforms)
@@ -216,6 +220,7 @@ void bind_config(nb::module_& m) {
         nb::dict d;
         d["name"] = b.name, d["summary"] = b.summary, d["priority"] = b.priority;
         d["preferred_block_size"] = b.preferred_block_size, d["kv_layout"] = b.kv_layout, d["module"] = b.module;
+        d["kv_layout_rule"] = b.kv_layout_rule;
         d["variant"] = b.variant, d["platforms"] = b.platforms, d["dtypes"] = b.dtypes;
         d["kv_cache_dtypes"] = b.kv_cache_dtypes, d["head_sizes"] = b.head_sizes, d["block_sizes"] = b.block_sizes;
         d["attn_types"] = b.attn_types, d["required_cpu_features"] = b.required_cpu_features;

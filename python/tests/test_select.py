@@ -20,6 +20,15 @@ def test_backends_are_capability_records():
     assert "cpu" in ref.platforms and "bfloat16" in ref.dtypes and "sinks" in ref.features
     d = ref.to_dict()
     assert d["name"] == "reference" and d["priority"] == ref.priority and "reference" in repr(ref)
+    assert ref.kv_layout_rule is None and d["kv_layout_rule"] is None
+
+
+def test_cpu_flash_states_which_caches_get_its_pair_layout():
+    flash = {b.name: b for b in attn.backends()}["cpu_flash"]
+    assert flash.kv_layout == "HND_PAIRS"
+    assert flash.kv_layout_rule == {"q_dtypes": ["bfloat16"], "storage_dtypes": ["bfloat16", "fp8_e4m3", "fp8_e5m2"],
+                                    "otherwise": "HND"}
+    assert flash.to_dict()["kv_layout_rule"] == flash.kv_layout_rule
 
 
 def test_platform_detected_and_planning_targets():
