@@ -45,7 +45,7 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 
 constexpr int kChunk = 32;  // keys per online-softmax step on row caches: two score vectors per row
 constexpr int kPairChunk = 64;  // on pair caches: a whole 64-key block, 16 KiB of bf16 K per KV head
-constexpr int kMaxChunk = 64;
+constexpr int kMaxChunk = std::max(kChunk, kPairChunk);  // the scratch rows of scores and P
 constexpr int kSlice = 32;  // head-size elements per load step (one 64-byte line of bf16)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -397,7 +397,7 @@ inline void pv_chunk(Scratch& sc, int rp, const char* v0, int64_t vstride, int n
 
 // ---- HND_PAIRS caches (bf16 q and cache): dot products along lanes, no reduction tree ----
 // Chunks start at multiples of 16 keys (whole K lines; block sizes are multiples of 16) and hold
-// 16 or 32 keys of one block; keys of a chunk outside the item's range are masked like causal
+// 16 to 64 keys of one block (whole K lines); keys of a chunk outside the item's range are masked like causal
 // ones. K of a chunk: per dim pair NL lines of 16 keys × 2 dims, kpair bytes apart. V: per key
 // pair one row of d dims × 2 keys, vpair bytes apart.
 
@@ -419,7 +419,7 @@ struct LineStream {
   }
 };
 
-/// Where a chunk of a pair-ordered run starts and how many keys (16 or 32) it holds.
+/// Where a chunk of a pair-ordered run starts and how many keys (16, 32, 48 or 64) it holds.
 struct PairChunk {
   const char* k = nullptr;
   const char* v = nullptr;
@@ -427,7 +427,7 @@ struct PairChunk {
 };
 
 /// The chunk at key c (a multiple of 16) of a range ending at `end`, in the (block, KV head) run
-/// whose K starts at run_k (V v_off bytes further): 32 keys, fewer at the block's or the range's
+/// whose K starts at run_k (V v_off bytes further): kPairChunk keys, fewer at the block's or the range's
 /// end (rounded up to whole K lines).
 inline PairChunk pair_chunk_at(const char* run_k, int64_t v_off, int64_t vpair, int32_t c, int32_t end, int bs, int64_t eb) {
   const int32_t off = c % bs;
@@ -473,8 +473,7 @@ inline void qk_pairs(Scratch& sc, int r0, const char* k, int64_t kpair, int d, c
   const int64_t nx_bytes = int64_t(nx.n) * 2 * eb;  // K bytes of one dim pair = V bytes per dim pair
   for (int dp = 0; dp < d / 2; dp += NA)
     for (int c = 0; c < NA; ++c) {
-      for (int64_t off = 0; off < nx_bytes; off += 64)
-      {
+      for (int64_t off = 0; off < nx_bytes; off += 64) {
         _mm_prefetch(nx.k + int64_t(dp + c) * nx_kpair + off, _MM_HINT_T1);
         if (pf_v) _mm_prefetch(nx.v + int64_t(dp + c) * nx_bytes + off, _MM_HINT_T1);
       }
@@ -540,8 +539,9 @@ template <KvType T, int RB, bool Guard>
 inline void pv_pairs(Scratch& sc, int rp, const char* v, int64_t vpair, int npairs, int d, LineStream pf = {}) {
   // RB·NC ≤ 16 accumulators, the V lines of a step beside them.
   constexpr int NC = RB == 4 ? 4 : 8;
-  const int steps = rp / RB * ((d + 16 * NC - 1) / (16 * NC)) * npairs;
-  if (pf.p) pf.per_step = int(((pf.end - pf.p) / 64 + steps - 1) / steps);
+  // pf: spread over every pair step of every tile below (NC-wide tiles, then 32-dim ones).
+  const int steps = rp / RB * (d / (16 * NC) + d % (16 * NC) / 32) * npairs;
+  if (pf.p && steps > 0) pf.per_step = int(((pf.end - pf.p) / 64 + steps - 1) / steps);
   for (int r0 = 0; r0 < rp; r0 += RB) {
     int x = 0;
     for (; x + 16 * NC <= d; x += 16 * NC) pv_pairs_tile<T, RB, NC, Guard>(sc, r0, v, vpair, npairs, x, pf);
