@@ -8,6 +8,8 @@
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
 #include "attn/numeric.hpp"
+#include "cpu/threads.hpp"
+#include "kv/store_run.hpp"
 
 namespace attn {
 namespace {
@@ -19,55 +21,11 @@ int32_t entry_width(const KVCacheSpec& s) {
   return is_ds_mla(s) ? ds_mla::kEntryBytes : std::max(s.head_size, s.v_width());
 }
 
-bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
-
-// Converts one row of `n` values from `src` (dtype `sd`) into cache storage, dividing by `scale`
-// for fp8 storage. Same-dtype 16-bit rows are copied bit-exactly. Returns how many finite values
-// lay beyond the fp8 range and were clamped to ±max (0 for other storage dtypes).
-int64_t store_row(const void* src, DType sd, void* dst, DType dd, int32_t n, float inv_scale) {
-  if (sd == dd && !is_fp8(dd)) {
-    std::memcpy(dst, src, std::size_t(n) * dtype_size(dd));
-    return 0;
-  }
-  const float max = dd == DType::fp8_e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
-  int64_t saturated = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    float v = load_as_float(src, sd, i);
-    if (is_fp8(dd)) {
-      v *= inv_scale;
-      saturated += std::isfinite(v) && std::fabs(v) > max;
-    }
-    store_from_float(dst, dd, i, v);
-  }
-  return saturated;
-}
-
 // One fp8_ds_mla entry from a [kRank + kRope] row of any float dtype.
 void store_ds_mla_row(const void* src, DType sd, void* entry) {
   float row[ds_mla::kRank + ds_mla::kRope];
   for (int i = 0; i < ds_mla::kRank + ds_mla::kRope; ++i) row[i] = load_as_float(src, sd, i);
   ds_mla::quantize_entry(row, entry);
-}
-
-// One token's K or V vector (n values) into the cache at (block b, token t, head h): one
-// store_row where the layout keeps it contiguous; for HND_PAIRS one conversion, then a scatter.
-int64_t store_vector(const char* src, DType sd, const PagedKV& pv, int64_t b, int64_t t, int32_t h, bool is_v, int32_t n,
-                     float inv_scale) {
-  char* base = static_cast<char*>(pv.base);
-  const int64_t es = int64_t(dtype_size(pv.dtype));
-  if (pv.layout != KVLayout::HND_PAIRS)
-    return store_row(src, sd, base + kv_element_offset(pv, b, t, h, 0, is_v) * es, pv.dtype, n, inv_scale);
-  // Converted once as a row, then scattered: K keeps dim pairs together, V interleaves two keys.
-  alignas(64) char row[limits::kMaxHeadSize * sizeof(float)];
-  const int64_t saturated = store_row(src, sd, row, pv.dtype, n, inv_scale);
-  char* dst = base + kv_element_offset(pv, b, t, h, 0, is_v) * es;
-  if (!is_v) {
-    const int64_t pair_step = 2 * int64_t(pv.block_size) * es;  // K[d/2][t][2]: pairs block_size*2 apart
-    for (int32_t i = 0; i < n / 2; ++i) std::memcpy(dst + i * pair_step, row + 2 * i * es, std::size_t(2 * es));
-  } else {
-    for (int32_t i = 0; i < n; ++i) std::memcpy(dst + 2 * i * es, row + i * es, std::size_t(es));  // V[t/2][d][2]
-  }
-  return saturated;
 }
 
 }  // namespace
@@ -327,24 +285,57 @@ void KVCache::store(const TensorView& k, const TensorView& v, const BatchMetadat
   const bool mla = spec_.layout == KVLayout::MLA;
   const int64_t n = md.num_tokens;
   const PagedKV pv = view();
-  char* base = static_cast<char*>(pv.base);
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t slot = md.slot_mapping[std::size_t(t)];
-    if (slot < 0) continue;
-    const int64_t blk = slot / spec_.block_size, off = slot % spec_.block_size;
-    if (pv.ds_mla) {  // one latent head; each entry carries its own tile scales, so nothing saturates
-      const char* ks = static_cast<const char*>(k.data) + t * k.strides[0] * int64_t(dtype_size(k.dtype));
-      store_ds_mla_row(ks, k.dtype, base + blk * pv.block_stride + off * pv.token_stride);
-      continue;
+  const int64_t* slots = md.slot_mapping.data();
+  const std::size_t kes = dtype_size(k.dtype), ves = mla ? 0 : dtype_size(v.dtype);
+  if (pv.ds_mla) {  // one latent head; each entry carries its own tile scales, so nothing saturates
+    char* base = static_cast<char*>(pv.base);
+    for (int64_t t = 0; t < n; ++t) {
+      if (slots[t] < 0) continue;
+      const int64_t blk = slots[t] / spec_.block_size, off = slots[t] % spec_.block_size;
+      store_ds_mla_row(static_cast<const char*>(k.data) + t * k.strides[0] * int64_t(kes), k.dtype,
+                       base + blk * pv.block_stride + off * pv.token_stride);
     }
-    for (int32_t h = 0; h < spec_.num_kv_heads; ++h) {
-      const char* ks = static_cast<const char*>(k.data) + (t * k.strides[0] + h * k.strides[1]) * int64_t(dtype_size(k.dtype));
-      saturated_ += store_vector(ks, k.dtype, pv, blk, off, h, false, spec_.head_size, 1.0f / k_scales_[std::size_t(h)]);
-      if (mla) continue;
-      const char* vs = static_cast<const char*>(v.data) + (t * v.strides[0] + h * v.strides[1]) * int64_t(dtype_size(v.dtype));
-      saturated_ += store_vector(vs, v.dtype, pv, blk, off, h, true, spec_.v_width(), 1.0f / v_scales_[std::size_t(h)]);
+    return;
+  }
+  // Work items: chunks of kChunk tokens (whole 16-token K lines) x KV heads; inside a chunk, runs
+  // of consecutive slots in one block go to the store routine at once. Slots are distinct
+  // (BatchMetadata::validate), so items never write the same bytes.
+  constexpr int64_t kChunk = 64;
+  const int32_t heads = spec_.num_kv_heads, hs = spec_.head_size, hv = spec_.v_width();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t bytes = n * heads * (hs + (mla ? 0 : hv)) * int64_t(dtype_size(spec_.dtype));
+  const int team = bytes >= (int64_t(1) << 20) ? cpu::team_size() : 1;  // small writes: threads cost more than they save
+  const kv::StoreRunFn store_run = kv::store_run();
+  const int32_t bs = spec_.block_size;
+  int64_t saturated = 0;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(team) reduction(+ : saturated) if (team > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int32_t h = 0; h < heads; ++h) {
+      const int64_t end = std::min(n, (c + 1) * kChunk);
+      const float k_inv = 1.0f / k_scales_[std::size_t(h)], v_inv = 1.0f / v_scales_[std::size_t(h)];
+      for (int64_t t = c * kChunk; t < end;) {
+        const int64_t slot = slots[t];
+        if (slot < 0) {
+          ++t;
+          continue;
+        }
+        const int64_t blk = slot / bs;
+        const int32_t off = int32_t(slot % bs);
+        int32_t len = 1;
+        while (t + len < end && off + len < bs && slots[t + len] == slot + len) ++len;
+        const kv::RowSource ks{static_cast<const char*>(k.data) + (t * k.strides[0] + h * k.strides[1]) * int64_t(kes),
+                               k.strides[0] * int64_t(kes), k.dtype};
+        saturated += store_run(pv, ks, blk, off, len, h, false, hs, k_inv);
+        if (!mla) {
+          const kv::RowSource vs{static_cast<const char*>(v.data) + (t * v.strides[0] + h * v.strides[1]) * int64_t(ves),
+                                 v.strides[0] * int64_t(ves), v.dtype};
+          saturated += store_run(pv, vs, blk, off, len, h, true, hv, v_inv);
+        }
+        t += len;
+      }
     }
   }
+  saturated_ += saturated;
 }
 
 void KVCache::copy_block(int32_t src, int32_t dst) {

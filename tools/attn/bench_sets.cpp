@@ -67,6 +67,13 @@ std::vector<FigureSet> run_figure_sets(const std::string& filter, bool quick, do
     keep_matching(s, filter);
     sets.push_back(std::move(s));
   }
+  if (selected("write_kv", filter)) {
+    progress("write_kv");
+    FigureSet s{"write_kv", "write_kv: new K/V into cpu_flash's cache vs a memcpy of the same bytes, and vs the decode attend", {}};
+    s.figures = write_kv_figures(quick, threads);
+    keep_matching(s, filter);
+    sets.push_back(std::move(s));
+  }
   return sets;
 }
 

@@ -1,0 +1,266 @@
+// The body of one store build, compiled once per ISA (store_run.cpp, store_run.avx512.cpp) under
+// the name ATTN_STORE_RUN_NAME. Included by exactly those files.
+//
+// Bytes, not FLOPs, bound a store: each value is read once from the caller's rows and written once
+// into the cache. The layouts differ in how the written bytes group:
+//   NHD / HND / MLA: one contiguous row per (token, head): a copy or a conversion loop.
+//   HND_PAIRS K[d/2][t][2]: a 64-byte bf16 line holds 16 tokens x one dim pair, so 16 rows are
+//     transposed (4-byte units) into n/2 whole lines; V[t/2][d][2]: a line holds 2 tokens x 16
+//     dims, so two rows are interleaved element by element. Partial groups (a decode token, a
+//     run that starts or ends inside a 16-token group) scatter their units one by one.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attn/limits.hpp"
+#include "attn/numeric.hpp"
+#include "attn/tensor.hpp"
+#include "kv/store_run.hpp"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include "cpu/x86_intrinsics.hpp"
+#define ATTN_STORE_AVX512 1
+#else
+#define ATTN_STORE_AVX512 0
+#endif
+
+namespace attn::kv {
+namespace {
+
+bool fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
+
+// Values fp8 storage cannot hold: NaN, ±inf, and finite values beyond ±max (stored clamped).
+int64_t count_unrepresentable(const float* v, int32_t n, float max) {
+  int64_t c = 0;
+  for (int32_t i = 0; i < n; ++i) c += !(std::fabs(v[i]) <= max);
+  return c;
+}
+
+#if ATTN_STORE_AVX512
+// Round-to-nearest-even f32 → bf16 on 16 lanes, NaN kept quiet (f32_to_bf16's rule).
+inline __m256i f32x16_to_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+#endif
+
+// One row of n values from the caller's dtype into storage dtype `dd` (fp8: times inv_scale).
+int64_t convert_row(const char* src, DType sd, char* dst, DType dd, int32_t n, float inv_scale) {
+  if (sd == dd && !fp8(dd)) {
+    std::memcpy(dst, src, std::size_t(n) * dtype_size(dd));
+    return 0;
+  }
+  int32_t i = 0;
+#if ATTN_STORE_AVX512
+  if (sd == DType::float32 && dd == DType::bfloat16) {
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), f32x16_to_bf16(_mm512_loadu_ps(reinterpret_cast<const float*>(src) + i)));
+  } else if (sd == DType::bfloat16 && dd == DType::float32) {
+    for (; i + 16 <= n; i += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * i)));
+      _mm512_storeu_si512(dst + 4 * i, _mm512_slli_epi32(w, 16));
+    }
+  }
+#endif
+  if (!fp8(dd)) {
+    for (; i < n; ++i) store_from_float(dst, dd, i, load_as_float(src, sd, i));
+    return 0;
+  }
+  // fp8: scaled in chunks so the count of unrepresentable values reads the scaled floats once.
+  const float max = dd == DType::fp8_e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  int64_t bad = 0;
+  float scaled[64];
+  for (; i < n; i += 64) {
+    const int32_t m = std::min(64, n - i);
+    for (int32_t j = 0; j < m; ++j) scaled[j] = load_as_float(src, sd, i + j) * inv_scale;
+    bad += count_unrepresentable(scaled, m, max);
+    for (int32_t j = 0; j < m; ++j) store_from_float(dst, dd, i + j, scaled[j]);
+  }
+  return bad;
+}
+
+template <int kBytes>
+inline void copy_unit(char* dst, const char* src) { std::memcpy(dst, src, kBytes); }
+
+// K units (a dim pair, 2 * es bytes) of `g` rows into their lines: unit p of row j lands at
+// dst + p * pair_step + j * unit. The scalar form every partial group takes.
+void scatter_k_units(const char* const* rows, int32_t g, int32_t pairs, std::size_t unit, int64_t pair_step, char* dst) {
+  for (int32_t p = 0; p < pairs; ++p) {
+    char* line = dst + p * pair_step;
+    for (int32_t j = 0; j < g; ++j) {
+      const char* s = rows[j] + std::size_t(p) * unit;
+      switch (unit) {
+        case 2: copy_unit<2>(line + j * 2, s); break;
+        case 4: copy_unit<4>(line + j * 4, s); break;
+        default: copy_unit<8>(line + j * 8, s); break;
+      }
+    }
+  }
+}
+
+#if ATTN_STORE_AVX512
+// In-register transpose of 16 x 16 four-byte units: four stages each swap the off-diagonal
+// b x b blocks (b = 8, 4, 2, 1); one two-source permute makes each new row.
+struct Transpose16Indices {
+  alignas(64) int32_t lo[4][16], hi[4][16];  // stage s swaps blocks of b = 8 >> s
+  constexpr Transpose16Indices() : lo{}, hi{} {
+    for (int s = 0; s < 4; ++s)
+      for (int b = 8 >> s, c = 0; c < 16; ++c) {
+        lo[s][c] = (c & b) ? 16 + (c ^ b) : c;
+        hi[s][c] = (c & b) ? 16 + c : (c ^ b);
+      }
+  }
+};
+alignas(64) constexpr Transpose16Indices kTranspose16{};
+
+template <int kStage>
+inline void transpose16_stage(__m512i r[16]) {
+  constexpr int b = 8 >> kStage;
+  const __m512i ilo = _mm512_load_si512(kTranspose16.lo[kStage]), ihi = _mm512_load_si512(kTranspose16.hi[kStage]);
+  for (int i = 0; i < 16; ++i) {
+    if (i & b) continue;
+    const __m512i a = r[i], p = r[i | b];
+    r[i] = _mm512_permutex2var_epi32(a, ilo, p);
+    r[i | b] = _mm512_permutex2var_epi32(a, ihi, p);
+  }
+}
+
+inline void transpose16_epi32(__m512i r[16]) {
+  transpose16_stage<0>(r);
+  transpose16_stage<1>(r);
+  transpose16_stage<2>(r);
+  transpose16_stage<3>(r);
+}
+
+// 16 rows of 2-byte values (bf16 / f16): 16 dim pairs at a time become 16 whole K lines.
+void transpose_k_lines16(const char* const* rows, int32_t pairs, int64_t pair_step, char* dst) {
+  for (int32_t p0 = 0; p0 < pairs; p0 += 16) {
+    const int32_t m = std::min(16, pairs - p0);
+    const __mmask16 mask = __mmask16((1u << m) - 1u);
+    __m512i r[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_maskz_loadu_epi32(mask, rows[j] + 4 * std::size_t(p0));
+    transpose16_epi32(r);
+    for (int32_t i = 0; i < m; ++i) _mm512_storeu_si512(dst + (p0 + i) * pair_step, r[i]);
+  }
+}
+
+// Two rows of n 2-byte values interleaved (a0 b0 a1 b1 ...) into 2n contiguous values: a V pair line.
+void interleave_v_pair16(const char* a, const char* b, int32_t n, char* dst) {
+  alignas(64) static constexpr int16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr int16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                  24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i ilo = _mm512_load_si512(kLo), ihi = _mm512_load_si512(kHi);
+  for (int32_t d = 0; d < n; d += 32) {
+    const int32_t m = std::min(32, n - d);
+    const __mmask32 in = m == 32 ? ~__mmask32(0) : __mmask32((1u << m) - 1u);
+    const __m512i x = _mm512_maskz_loadu_epi16(in, a + 2 * std::size_t(d));
+    const __m512i y = _mm512_maskz_loadu_epi16(in, b + 2 * std::size_t(d));
+    const int32_t out = 2 * m;  // values this chunk writes: lo takes the first 32, hi the rest
+    const __mmask32 olo = out >= 32 ? ~__mmask32(0) : __mmask32((1u << out) - 1u);
+    const __mmask32 ohi = out >= 64 ? ~__mmask32(0) : out <= 32 ? 0 : __mmask32((1u << (out - 32)) - 1u);
+    _mm512_mask_storeu_epi16(dst + 4 * std::size_t(d), olo, _mm512_permutex2var_epi16(x, ilo, y));
+    if (ohi) _mm512_mask_storeu_epi16(dst + 4 * std::size_t(d) + 64, ohi, _mm512_permutex2var_epi16(x, ihi, y));
+  }
+}
+#endif
+
+// Two rows interleaved element by element (V[t/2][d][2]), any element size.
+void interleave_v_pair(const char* a, const char* b, int32_t n, std::size_t es, char* dst) {
+#if ATTN_STORE_AVX512
+  if (es == 2) return interleave_v_pair16(a, b, n, dst);
+#endif
+  for (int32_t d = 0; d < n; ++d) {
+    std::memcpy(dst + (2 * std::size_t(d)) * es, a + std::size_t(d) * es, es);
+    std::memcpy(dst + (2 * std::size_t(d) + 1) * es, b + std::size_t(d) * es, es);
+  }
+}
+
+// One row into its V pair line at token parity `odd` (the other token's values stay).
+void place_v_row(const char* row, int32_t n, std::size_t es, bool odd, char* pair_line) {
+  for (int32_t d = 0; d < n; ++d) std::memcpy(pair_line + (2 * std::size_t(d) + odd) * es, row + std::size_t(d) * es, es);
+}
+
+constexpr int32_t kGroup = 16;      // tokens per K line
+constexpr int32_t kTileWidth = 512;  // widest row converted into the on-stack tile (wider rows: per token)
+
+// Where one group's rows (storage dtype, g <= 16 tokens from t, within one 16-token group) land.
+struct PairRun {
+  char* base;            // the (block, head) run: K or V element (t = 0, d = 0)
+  std::size_t es;        // storage element bytes
+  int64_t pair_step;     // K: bytes between consecutive dim pairs' lines
+  int64_t v_pair_bytes;  // V: bytes of one token pair's interleaved rows
+};
+
+void place_group(const PairRun& r, const char* const* rows, int32_t g, int32_t t, bool is_v, int32_t n) {
+  if (!is_v) {
+    char* dst = r.base + 2 * int64_t(t) * int64_t(r.es);
+#if ATTN_STORE_AVX512
+    if (g == kGroup && r.es == 2) return transpose_k_lines16(rows, n / 2, r.pair_step, dst);
+#endif
+    return scatter_k_units(rows, g, n / 2, 2 * r.es, r.pair_step, dst);
+  }
+  int32_t j = 0;
+  if (t % 2) place_v_row(rows[j++], n, r.es, true, r.base + (t / 2) * r.v_pair_bytes);
+  for (; j + 1 < g; j += 2) interleave_v_pair(rows[j], rows[j + 1], n, r.es, r.base + ((t + j) / 2) * r.v_pair_bytes);
+  if (j < g) place_v_row(rows[j], n, r.es, false, r.base + ((t + j) / 2) * r.v_pair_bytes);
+}
+
+// HND_PAIRS: rows of tokens [offset, offset + count) of one (block, head) run, group by group;
+// rows already in the storage dtype are read in place, others converted into an on-stack tile.
+int64_t store_pairs(const PagedKV& pv, const RowSource& src, int64_t block, int32_t offset, int32_t count, int32_t head,
+                    bool is_v, int32_t n, float inv_scale) {
+  const std::size_t es = dtype_size(pv.dtype);
+  const PairRun r{static_cast<char*>(pv.base) + kv_element_offset(pv, block, 0, head, 0, is_v) * int64_t(es), es,
+                  2 * int64_t(pv.block_size) * int64_t(es), 2 * pv.token_stride * int64_t(es)};
+  const bool same = src.dtype == pv.dtype && !fp8(pv.dtype);
+  int64_t bad = 0;
+  if (!same && n > kTileWidth) {  // rare wide rows: converted and placed one token at a time
+    alignas(64) char row[limits::kMaxHeadSize * sizeof(float)];
+    const char* rows[1] = {row};
+    for (int32_t i = 0; i < count; ++i) {
+      bad += convert_row(src.data + i * src.stride, src.dtype, row, pv.dtype, n, inv_scale);
+      place_group(r, rows, 1, offset + i, is_v, n);
+    }
+    return bad;
+  }
+  alignas(64) char tile[kGroup * kTileWidth * sizeof(float)];
+  for (int32_t done = 0; done < count;) {
+    const int32_t t = offset + done;
+    const int32_t g = std::min(count - done, kGroup - t % kGroup);  // up to the next 16-token boundary
+    const char* rows[kGroup];
+    for (int32_t j = 0; j < g; ++j) {
+      const char* s = src.data + int64_t(done + j) * src.stride;
+      if (same) {
+        rows[j] = s;
+        continue;
+      }
+      char* converted = tile + std::size_t(j) * std::size_t(n) * es;
+      bad += convert_row(s, src.dtype, converted, pv.dtype, n, inv_scale);
+      rows[j] = converted;
+    }
+    place_group(r, rows, g, t, is_v, n);
+    done += g;
+  }
+  return bad;
+}
+
+}  // namespace
+
+int64_t ATTN_STORE_RUN_NAME(const PagedKV& pv, const RowSource& src, int64_t block, int32_t offset, int32_t count,
+                            int32_t head, bool is_v, int32_t n, float inv_scale) {
+  if (pv.layout == KVLayout::HND_PAIRS) return store_pairs(pv, src, block, offset, count, head, is_v, n, inv_scale);
+  const std::size_t es = dtype_size(pv.dtype);
+  char* base = static_cast<char*>(pv.base);
+  int64_t bad = 0;
+  for (int32_t i = 0; i < count; ++i)
+    bad += convert_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
+                       pv.dtype, n, inv_scale);
+  return bad;
+}
+
+}  // namespace attn::kv
