@@ -1,5 +1,5 @@
-"""attn.attention: dense (q, k, v) attention in the style of torch's scaled_dot_product_attention,
-served by the same selector and kernels as the paged API.
+"""attn.attention: a drop-in for torch.nn.functional.scaled_dot_product_attention (its arguments,
+defaults and results), served by the same selector and kernels as the paged API.
 
 K and V go into a paged cache through the layer's write_kv (one copy, in the cache dtype); q is
 read in place when its layout allows and the output is written once. NumPy arrays (ml_dtypes
@@ -55,9 +55,79 @@ def _lengths(cu_seqlens, total: int, arg: str) -> list[int]:
     return [b - a for a, b in zip(cu, cu[1:])]
 
 
-def attention(q, k, v, *, causal: bool = True, scale: float | None = None, window: int | None = None,
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+              scale: float | None = None, enable_gqa: bool = False, *, window: int | None = None,
               softcap: float | None = None, sinks=None, layout: str = "bhsd", cu_seqlens_q=None, cu_seqlens_k=None,
               backend: str | None = None):
+    """torch.nn.functional.scaled_dot_product_attention's contract, on attn's kernels.
+
+    query [B, Hq, Sq, D], key / value [B, Hkv, Skv, D / Dv] (layout "bhsd", SDPA's) → [B, Hq, Sq, Dv].
+    attn_mask: bool (True = attend) or additive float, broadcastable to [B, Hq, Sq, Skv]. is_causal:
+    query i sees keys 0..i (SDPA's top-left alignment). enable_gqa: Hkv may divide Hq (else they
+    must be equal, as in SDPA). dropout_p must be 0 (inference). scale: None = 1/sqrt(D).
+    attn's extras, as keywords: window (each query sees at most `window` keys ending at its own
+    position), softcap (logits → softcap * tanh(logits / softcap)), sinks ([Hq] sink logits),
+    layout ("bshd", or "thd" with flash-attn style cu_seqlens_q / cu_seqlens_k; for those, causal is
+    bottom-right aligned as in decoding), backend (force one).
+
+    What attn's kernels do not express is computed by torch's own SDPA on the same torch tensors
+    (identical results by definition): an attn_mask, Sq > Skv, is_causal with Sq != Skv, and inputs that
+    require gradients (attn computes no backward). NumPy inputs there raise a ValueError.
+    """
+    if dropout_p:
+        raise ValueError(f"dropout_p={dropout_p} invalid: expected 0.0 (attn computes inference attention)")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        device = getattr(x, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu":
+            raise ValueError(f"{name}.device={device} invalid: expected cpu (attn.attention runs attn's CPU kernels)")
+    if layout != "thd" and len(query.shape) == 4 and len(key.shape) == 4:
+        heads_axis = 1 if layout == "bhsd" else 2
+        hq, hkv = query.shape[heads_axis], key.shape[heads_axis]
+        if hq != hkv and not enable_gqa:
+            raise ValueError(f"key heads={hkv} invalid: expected query's {hq} heads, or enable_gqa=True "
+                             f"(grouped heads: {hq} must be a multiple of {hkv})")
+    seq_axis = 2 if layout == "bhsd" else 1
+    dense4 = layout != "thd" and len(query.shape) == 4 and len(key.shape) == 4
+    # attn's sequences hold their queries: Sq > Skv fits neither its causal nor its non-causal form.
+    top_left = dense4 and (query.shape[seq_axis] > key.shape[seq_axis] or
+                           (is_causal and query.shape[seq_axis] != key.shape[seq_axis]))
+    needs_grad = any(getattr(x, "requires_grad", False) for x in (query, key, value))
+    if attn_mask is not None or top_left or needs_grad:
+        return _torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa, layout,
+                           "attn_mask" if attn_mask is not None else "requires_grad" if needs_grad else "is_causal",
+                           window, softcap, sinks)
+    return _attention(query, key, value, causal=is_causal, scale=scale, window=window, softcap=softcap, sinks=sinks,
+                      layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, backend=backend)
+
+
+def _torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa, layout, why, window, softcap, sinks):
+    """The cases attn's kernels do not take, on torch's SDPA (torch tensors in bhsd / bshd only)."""
+    what = {"attn_mask": "an attn_mask", "requires_grad": "inputs that require gradients",
+            "is_causal": "Sq > Skv, or is_causal with Sq != Skv (top-left aligned)"}[why]
+    if not all(_is_torch(x) for x in (query, key, value)) or layout == "thd":
+        raise ValueError(f"{why} invalid here: {what} is served by torch's scaled_dot_product_attention, which needs "
+                         f"torch tensors in layout 'bhsd' or 'bshd' (got {type(query).__name__}, layout={layout!r})")
+    if window or softcap or sinks is not None:
+        raise ValueError(f"window / softcap / sinks invalid with {what}: torch's scaled_dot_product_attention, which "
+                         "serves that case, has none of them")
+    import torch.nn.functional as F
+
+    if layout == "bshd":
+        query, key, value = (x.transpose(1, 2) for x in (query, key, value))
+        if attn_mask is not None and attn_mask.dim() == 4:
+            attn_mask = attn_mask.transpose(1, 2)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                                         enable_gqa=enable_gqa)
+    return out.transpose(1, 2) if layout == "bshd" else out
+
+
+def _attention(q, k, v, *, causal: bool, scale: float | None = None, window: int | None = None,
+               softcap: float | None = None, sinks=None, layout: str = "bhsd", cu_seqlens_q=None, cu_seqlens_k=None,
+               backend: str | None = None):
     """Dense attention: softmax(q k^T * scale) v per head, with grouped K/V heads (GQA/MQA).
 
     layout: "bhsd" (q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D/Dv]; torch SDPA's), "bshd" ([B, S, H, D]) or

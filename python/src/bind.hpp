@@ -63,6 +63,9 @@ float scale_from_py(nb::handle scale);
 /// A RuntimeWarning when the last write clamped fp8 values (KVCache::saturated_values grew);
 /// warnings.simplefilter("error", RuntimeWarning) makes it an exception.
 void warn_if_saturated(const KVCache& cache, int64_t saturated_before);
+/// A cache made by KVCache.from_dlpack: attn::Error unless its tensor still has the memory it was
+/// wrapped with. Every binding that reads or writes a cache's memory calls it first (GIL held).
+void check_storage(const KVCache& cache);
 /// KVCache.from_dlpack (an engine-owned tensor), owns_storage, __dlpack__ / __dlpack_device__.
 void bind_cache_interop(nb::class_<KVCache>& cls);
 

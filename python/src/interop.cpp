@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <unordered_map>
 
 #include "bind.hpp"
 
@@ -33,6 +34,7 @@ nb::dlpack::dtype dlpack_dtype(DType d) {
 /// The cache storage as a DLPack-capable array object (no copy); it keeps the cache alive.
 nb::object cache_ndarray(nb::handle self) {
   const KVCache& c = nb::cast<const KVCache&>(self);
+  check_storage(c);
   std::vector<std::size_t> shape;
   for (int64_t d : c.spec().shape()) shape.push_back(std::size_t(d));
   return nb::cast(nb::ndarray<nb::array_api>(c.data(), shape.size(), shape.data(), self, nullptr, dlpack_dtype(c.spec().dtype),
@@ -62,7 +64,50 @@ DType cache_storage_dtype(nb::handle tensor, nb::object& exported) {
                         " invalid: expected a cache dtype (float32, float16, bfloat16, float8_e4m3fn, float8_e5m2)").c_str());
 }
 
-KVCache cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales) {
+std::string shape_text(const nb::ndarray<>& a) {
+  std::string shape = "(";
+  for (std::size_t d = 0; d < a.ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a.shape(d));
+  return shape + ")";
+}
+
+/// An engine tensor wrapped as a cache. The wrapper keeps the tensor and the DLPack export it was
+/// wrapped from: the export pins the storage the tensor had then (torch's set_ can move the tensor
+/// to other storage), and every use re-imports the tensor to check it still shows that memory
+/// (resize_ frees it in place, which no reference can prevent).
+class ExternalKVCache : public KVCache {
+ public:
+  ExternalKVCache(const KVCacheSpec& spec, nb::object source, nb::ndarray<> pinned)
+      : KVCache(spec, pinned.data()), source_(std::move(source)), pinned_(std::move(pinned)), shape_(shape_text(pinned_)) {
+    wrapped().emplace(this, this);
+  }
+  ~ExternalKVCache() { wrapped().erase(this); }
+  ExternalKVCache(const ExternalKVCache&) = delete;
+  ExternalKVCache& operator=(const ExternalKVCache&) = delete;
+
+  void check() const {
+    nb::ndarray<> now;
+    if (!nb::try_cast(source_, now, false))
+      throw Error("KVCache.from_dlpack tensor can no longer be exported through DLPack: expected the tensor it wrapped, "
+                  "unchanged");
+    const std::string shape = shape_text(now);
+    require(now.data() == data() && shape == shape_, "KVCache.from_dlpack tensor",
+            "data " + std::to_string(uintptr_t(now.data())) + " shape " + shape,
+            "the memory it was wrapped with (data " + std::to_string(uintptr_t(data())) + " shape " + shape_ +
+                "): resize_ / set_ replaced it; wrap the tensor again");
+  }
+  /// The external caches alive, by address; read and written with the GIL held.
+  static std::unordered_map<const KVCache*, const ExternalKVCache*>& wrapped() {
+    static std::unordered_map<const KVCache*, const ExternalKVCache*> m;
+    return m;
+  }
+
+ private:
+  nb::object source_;     // what the caller passed (or the raw-bytes view of a NumPy ml_dtypes array)
+  nb::ndarray<> pinned_;  // its DLPack export at wrap time: holds that storage alive
+  std::string shape_;
+};
+
+nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales) {
   nb::object exported;
   const DType dtype = cache_storage_dtype(tensor, exported);
   nb::ndarray<> a;
@@ -76,9 +121,7 @@ KVCache cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t 
                         : dtype == DType::fp8_e5m2 ? KVCacheDType::fp8_e5m2 : KVCacheDType::auto_;
   spec.per_head_scales = per_head_scales;
   const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
-  std::string shape = "(";
-  for (std::size_t d = 0; d < a.ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a.shape(d));
-  shape += ")";
+  const std::string shape = shape_text(a);
   for (std::size_t d = 0; d < a.ndim(); ++d)  // the spec holds int32 sizes: a larger extent would wrap
     require(a.shape(d) <= std::numeric_limits<int32_t>::max(), "tensor.shape", shape, "extents below 2^31");
   spec.layout = kv_layout_from_name(layout);
@@ -97,6 +140,9 @@ KVCache cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t 
   spec.num_blocks = int32_t(a.shape(0));
   spec.head_size = int32_t(a.shape(a.ndim() - 1));
   spec.head_size_v = head_size_v;
+  // The last dimension holds the wider of K and V: a V wider than it would be written past the tensor.
+  require(head_size_v >= 0 && head_size_v <= spec.head_size, "head_size_v", head_size_v,
+          "0 (= head_size) or at most the tensor's last dimension " + std::to_string(spec.head_size));
   // The cache is addressed with row-major strides: a permuted or sliced view would be misread.
   int64_t expected = 1;
   for (std::size_t d = a.ndim(); d-- > 0;) {
@@ -104,7 +150,11 @@ KVCache cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t 
             std::to_string(a.stride(d)), std::to_string(expected) + " (a contiguous tensor; pass tensor.contiguous())");
     expected *= a.shape(d);
   }
-  return KVCache(spec, a.data());
+  // Whatever the spec derives, it must address exactly the tensor's bytes, never past them.
+  const int64_t tensor_bytes = expected * int64_t(dtype_size(dtype));
+  require(spec.bytes() == tensor_bytes, "tensor.nbytes", tensor_bytes,
+          std::to_string(spec.bytes()) + " bytes, what the cache " + spec.to_string() + " addresses");
+  return nb::cast(new ExternalKVCache(spec, exported, std::move(a)), nb::rv_policy::take_ownership);
 }
 
 }  // namespace
@@ -149,6 +199,12 @@ float scale_from_py(nb::handle scale) {
   return value;
 }
 
+void check_storage(const KVCache& cache) {
+  if (cache.owns_storage()) return;
+  const auto& wrapped = ExternalKVCache::wrapped();
+  if (auto it = wrapped.find(&cache); it != wrapped.end()) it->second->check();
+}
+
 void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
   const int64_t n = cache.saturated_values() - saturated_before;
   if (n == 0) return;
@@ -164,11 +220,13 @@ void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
 }
 
 void bind_cache_interop(nb::class_<KVCache>& cls) {
+  nb::class_<ExternalKVCache, KVCache>(cls, "External", "A KVCache over an engine's tensor (KVCache.from_dlpack).");
   cls.def_static("from_dlpack", &cache_from_dlpack, nb::arg("tensor"), nb::kw_only(), nb::arg("layout") = "NHD",
-                 nb::arg("head_size_v") = 0, nb::arg("per_head_scales") = false, nb::keep_alive<0, 1>(),
+                 nb::arg("head_size_v") = 0, nb::arg("per_head_scales") = false,
                  "Wraps an engine-owned tensor as a cache, without copying: the shape gives num_blocks, block_size,\n"
                  "num_kv_heads and head_size for `layout`, the dtype the storage dtype (fp8 tensors make fp8 caches).\n"
-                 "It must be contiguous, on the CPU and 64-byte aligned; the tensor stays alive with the cache.");
+                 "It must be contiguous, on the CPU and 64-byte aligned; the tensor and its storage stay alive with the\n"
+                 "cache, and every use checks the tensor still has that storage (resize_ / set_ on it is an error).");
   cls.def_prop_ro("owns_storage", &KVCache::owns_storage, "False for caches made by from_dlpack.");
   cls.def(
          "__dlpack__",

@@ -81,6 +81,7 @@ KVCacheSpec cache_spec_from_py(int32_t num_blocks, int32_t block_size, int32_t n
 /// (ml_dtypes for bfloat16 / fp8). It keeps the cache alive.
 nb::object cache_array(nb::handle self) {
   const KVCache& c = nb::cast<const KVCache&>(self);
+  check_storage(c);
   const KVCacheSpec& s = c.spec();
   std::vector<std::size_t> shape;
   for (int64_t d : s.shape()) shape.push_back(std::size_t(d));
@@ -169,8 +170,10 @@ void bind_layer(nb::module_& m) {
           },
           nb::arg("k_scales"), nb::arg("v_scales"),
           "Quantization scales (dequantized = stored * scale): one float per tensor, or one per KV head.")
-      .def("fill", &KVCache::fill, nb::arg("value"), "Fills every element (tests: NaN poison in unused slots).")
-      .def("copy_block", &KVCache::copy_block, nb::arg("src"), nb::arg("dst"))
+      .def("fill", [](KVCache& c, float value) { check_storage(c); c.fill(value); }, nb::arg("value"),
+           "Fills every element (tests: NaN poison in unused slots).")
+      .def("copy_block", [](KVCache& c, int32_t src, int32_t dst) { check_storage(c); c.copy_block(src, dst); },
+           nb::arg("src"), nb::arg("dst"))
       .def("numpy", &cache_array, "A NumPy view of the storage (no copy), in the storage dtype.")
       .def("__repr__", [](const KVCache& c) { return "KVCache(" + c.spec().to_string() + ")"; });
 
@@ -304,6 +307,7 @@ void bind_layer(nb::module_& m) {
             if (!v.is_none()) unflatten_heads(va, a.params.config.num_kv_heads, "v");
             require_device(a, ka, "k");
             if (!v.is_none()) require_device(a, va, "v");
+            check_storage(cache);
             const int64_t saturated_before = cache.saturated_values();
             {
               nb::gil_scoped_release release;

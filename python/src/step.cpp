@@ -124,6 +124,7 @@ nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVC
   }
   IndexArg idx = index_arg(topk_indices);
   args.q = qa.view, args.out = oa.view, args.topk_indices = idx.view, args.cache = &cache;
+  check_storage(cache);
   const int64_t saturated_before = cache.saturated_values();
   {
     nb::gil_scoped_release release;

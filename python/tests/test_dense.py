@@ -32,7 +32,7 @@ def test_dense_matches_reference(dtype, layout, sq, skv, causal):
     q, k, v = (x.astype(NUMPY_DTYPES[dtype]) for x in (q64, k64, v64))
     if layout == "bhsd":
         q, k, v = (np.ascontiguousarray(x.swapaxes(1, 2)) for x in (q, k, v))
-    out = attn.attention(q, k, v, causal=causal, layout=layout)
+    out = attn.dense._attention(q, k, v, causal=causal, layout=layout)
     assert out.dtype == q.dtype and out.shape == q.shape
     got = out.swapaxes(1, 2) if layout == "bhsd" else out
     want = reference_bshd(rounded(q64, dtype), rounded(k64, dtype), rounded(v64, dtype), causal=causal, scale=d ** -0.5)
@@ -48,8 +48,8 @@ def test_dense_window_softcap_sinks_scale_and_thd_varlen():
     v = rng.standard_normal((sum(kv_lens), hkv, d)).astype(np.float32)
     sinks = rng.standard_normal(h).astype(np.float32)
     cu = lambda lens: np.cumsum([0] + lens)  # noqa: E731
-    out = attn.attention(q, k, v, layout="thd", cu_seqlens_q=cu(q_lens), cu_seqlens_k=cu(kv_lens), scale=0.3,
-                         window=7, softcap=5.0, sinks=sinks)
+    out = attn.attention(q, k, v, is_causal=True, layout="thd", cu_seqlens_q=cu(q_lens), cu_seqlens_k=cu(kv_lens),
+                         scale=0.3, window=7, softcap=5.0, sinks=sinks)
     want = reference_attention(q.astype(np.float64), per_sequence(k.astype(np.float64), kv_lens),
                                per_sequence(v.astype(np.float64), kv_lens), query_lens=q_lens, seq_lens=kv_lens,
                                scale=0.3, window=7, soft_cap=5.0, sinks=sinks.astype(np.float64))
@@ -77,8 +77,61 @@ def test_dense_torch_matches_scaled_dot_product_attention():
             q = torch.randn(2, 8, sq, 128, generator=gen).to(dtype)
             k = torch.randn(2, 2, skv, 128, generator=gen).to(dtype)
             v = torch.randn(2, 2, skv, 128, generator=gen).to(dtype)
-            out = attn.attention(q, k, v, causal=causal)
+            out = attn.attention(q, k, v, is_causal=causal, enable_gqa=True)
             assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.shape == q.shape
             # torch in float64 from the same rounded inputs: the reference.
             want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, enable_gqa=True)
             torch.testing.assert_close(out.double(), want, atol=atol, rtol=rtol)
+
+
+def test_sdpa_drop_in_matches_scaled_dot_product_attention_in_fp64():
+    """attn.attention with SDPA's own arguments, parametrised from SDPA's signature, in float64."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
+    import inspect
+    import re
+    F = torch.nn.functional
+    # SDPA is a builtin: its signature is the first line of its docstring.
+    doc = re.search(r"scaled_dot_product_attention\((.*?)\)", F.scaled_dot_product_attention.__doc__, re.S).group(1)
+    sdpa = [(a.split("=")[0].strip(), a.split("=")[1].strip() if "=" in a else None) for a in doc.split(",")]
+    ours = inspect.signature(attn.attention).parameters
+    assert list(ours)[: len(sdpa)] == [name for name, _ in sdpa]  # same names, same order
+    for name, default in sdpa:
+        if default is not None:
+            assert repr(ours[name].default) == default, name
+    gen = torch.Generator().manual_seed(5)
+    for b, hq, hkv, sq, skv in ((2, 8, 2, 9, 9), (1, 4, 4, 1, 37), (2, 6, 3, 12, 5)):
+        q = torch.randn(b, hq, sq, 32, generator=gen, dtype=torch.float64)
+        k = torch.randn(b, hkv, skv, 32, generator=gen, dtype=torch.float64)
+        v = torch.randn(b, hkv, skv, 32, generator=gen, dtype=torch.float64)
+        bool_mask = torch.rand(b, 1, sq, skv, generator=gen) > 0.3
+        bool_mask[..., 0] = True
+        float_mask = torch.randn(b, hq, sq, skv, generator=gen, dtype=torch.float64)
+        for kw in (dict(), dict(is_causal=True), dict(scale=0.2), dict(attn_mask=bool_mask), dict(attn_mask=float_mask)):
+            gqa = dict(enable_gqa=True) if hq != hkv else {}
+            want = F.scaled_dot_product_attention(q, k, v, **kw, **gqa)
+            # attn's kernels take float32 at most: the same values, rounded once.
+            ours = {a: (x.float() if torch.is_tensor(x) and x.is_floating_point() else x) for a, x in kw.items()}
+            got = attn.attention(q.float(), k.float(), v.float(), **ours, **gqa)
+            torch.testing.assert_close(got.double(), want, atol=3e-6, rtol=3e-6)
+
+
+def test_sdpa_drop_in_errors_name_the_argument():
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
+    q, k = torch.zeros(1, 8, 4, 32), torch.zeros(1, 2, 4, 32)
+    with pytest.raises(ValueError, match="key heads=2 invalid: expected query's 8 heads, or enable_gqa=True"):
+        attn.attention(q, k, k)
+    with pytest.raises(ValueError, match="dropout_p=0.1 invalid"):
+        attn.attention(q, q, q, dropout_p=0.1)
+    with pytest.raises(TypeError):
+        attn.attention(q, q, q, causal=True)  # SDPA spells it is_causal
+    with pytest.raises(ValueError, match="attn_mask invalid here"):
+        attn.attention(q.numpy(), q.numpy(), q.numpy(), attn_mask=np.ones((4, 4), bool))
+
+
+def test_sdpa_drop_in_never_detaches_gradients():
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
+    q = torch.randn(1, 2, 5, 16, requires_grad=True)
+    out = attn.attention(q, q, q, is_causal=True)
+    assert out.requires_grad
+    out.sum().backward()
+    assert q.grad is not None

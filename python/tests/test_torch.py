@@ -103,3 +103,51 @@ def test_engine_owned_torch_cache():
     assert_close(out.float().numpy(), want.double().numpy(), "bfloat16", "bfloat16")
     with pytest.raises(attn.Error, match="tensor.strides"):
         attn.KVCache.from_dlpack(engine.transpose(3, 4).contiguous().transpose(3, 4))
+
+
+def test_from_dlpack_refuses_a_spec_larger_than_the_tensor():
+    # A V width beyond the tensor's last dimension once made write_kv / fill write past the tensor.
+    engine = torch.zeros(4, 2, 16, 1, 32)
+    with pytest.raises(attn.Error, match="head_size_v=2048"):
+        attn.KVCache.from_dlpack(engine, layout="NHD", head_size_v=2048)
+    with pytest.raises(attn.Error, match="head_size_v"):
+        attn.KVCache.from_dlpack(engine, layout="NHD", head_size_v=-1)
+
+
+def _wrapped_layer_cache():
+    cfg = attn.LayerConfig(num_heads=4, num_kv_heads=2, head_size=64, dtype="bfloat16")
+    layer = attn.Attention(cfg)
+    engine = torch.zeros(layer.kv_cache_shape(num_blocks=4), dtype=torch.bfloat16)
+    cache = attn.KVCache.from_dlpack(engine, layout=layer.kv_cache_layout)
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[3], block_ids=[[2]], cache=cache)
+    kv = torch.ones(3, 2, 64, dtype=torch.bfloat16)
+    return layer, engine, cache, md, kv
+
+
+@pytest.mark.parametrize("change", ["resize_big", "resize_zero", "set_"])
+def test_from_dlpack_refuses_a_tensor_whose_storage_changed(change):
+    # resize_ frees the memory in place and set_ swaps it: every use must notice, never touch the old bytes.
+    layer, engine, cache, md, kv = _wrapped_layer_cache()
+    layer.write_kv(kv, kv, cache, md)  # fine before the change
+    if change == "resize_big":
+        engine.resize_(50_000_000)
+    elif change == "resize_zero":
+        engine.resize_(0)
+    else:
+        engine.set_(torch.zeros(engine.shape, dtype=engine.dtype))
+    q = torch.ones(3, 4, 64, dtype=torch.bfloat16)
+    for use in (lambda: layer.write_kv(kv, kv, cache, md), lambda: layer.forward(q, cache, md),
+                lambda: cache.fill(1.0), lambda: cache.numpy(), lambda: torch.from_dlpack(cache),
+                lambda: cache.copy_block(0, 1), lambda: layer.run(layer.plan(md, cache), q, cache, k=kv, v=kv)):
+        with pytest.raises(attn.Error, match="resize_ / set_ replaced it"):
+            use()
+
+
+def test_from_dlpack_pins_the_storage_it_wrapped():
+    # The wrapper holds the tensor's storage: dropping every Python reference leaves the cache usable.
+    layer, engine, cache, md, kv = _wrapped_layer_cache()
+    address = engine.data_ptr()
+    del engine
+    layer.write_kv(kv, kv, cache, md)
+    assert cache.numpy().ctypes.data == address and type(cache).__name__ == "External"
+    assert isinstance(cache, attn.KVCache) and not cache.owns_storage

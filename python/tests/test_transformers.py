@@ -1,13 +1,15 @@
 """attn as a transformers attention implementation: small randomly initialised models (built from
 configs, nothing downloaded) give the same logits and greedy tokens with "attn" as with "eager",
-for Llama, Qwen2, Gemma-2 (sliding window + soft-cap) and gpt-oss (sinks) where the installed
-transformers has them. scripts/setup.sh installs torch and transformers."""
+for Llama, Qwen2, Qwen3, Mistral (window), Phi-3, Gemma-2 (sliding window + soft-cap) and gpt-oss
+(sinks) where the installed transformers has them; generate runs on an AttnCache (attn's paged
+caches, written in place) through greedy decoding, left-padded batches, beam search and crop. scripts/setup.sh installs torch and transformers."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (scripts/setup.sh installs it)")
 
 import attn.integrations.transformers  # noqa: E402,F401  (registers "attn")
+from attn.integrations.transformers import AttnCache  # noqa: E402
 
 SMALL = dict(vocab_size=128, hidden_size=256, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=64, max_position_embeddings=256)
@@ -18,6 +20,9 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", dict(sliding_window=8, attn_logit_softcapping=2.0, query_pre_attn_scalar=64)),
     "gpt_oss": ("GptOssConfig", dict(sliding_window=8, num_local_experts=4, num_experts_per_tok=2,
                                      layer_types=["sliding_attention", "full_attention"])),
+    "qwen3": ("Qwen3Config", {}),
+    "mistral": ("MistralConfig", dict(sliding_window=8)),
+    "phi3": ("Phi3Config", dict(pad_token_id=0)),
 }
 
 
@@ -62,3 +67,74 @@ def test_training_falls_back_to_sdpa_with_gradients():
     ids = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(4))
     model(ids, labels=ids).loss.backward()
     assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def _generate(model, ids, **kw):
+    with torch.no_grad():
+        return model.generate(ids, do_sample=False, **kw).tolist()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_generate_runs_on_an_attn_cache(family, monkeypatch):
+    eager, ours = build(family, "eager"), build(family, "attn")
+    made = []
+    init = AttnCache.__init__
+    monkeypatch.setattr(AttnCache, "__init__", lambda self, *a, **k: (made.append(self), init(self, *a, **k))[1])
+    prompt = torch.randint(0, 128, (1, 21), generator=torch.Generator().manual_seed(2))
+    assert _generate(ours, prompt, max_new_tokens=12) == _generate(eager, prompt, max_new_tokens=12)
+    assert len(made) == 1 and made[0].get_seq_length() == 21 + 11 and made[0].memory_bytes > 0
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_attn_cache_prefill_then_decode_logits_match_eager(family):
+    eager, ours = build(family, "eager"), build(family, "attn")
+    ids = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(5))
+    cache = AttnCache()
+    with torch.no_grad():
+        first = ours(ids[:, :13], cache=cache, use_cache=True).logits
+        rest = [ours(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(13, 17)]
+        want = eager(ids).logits
+    got = torch.cat([first] + rest, dim=1)
+    assert (got - want).abs().max().item() <= 1e-4
+    assert cache.get_seq_length() == 17
+
+
+def test_left_padded_batch_of_three_on_an_attn_cache():
+    eager, ours = build("llama", "eager"), build("llama", "attn")
+    ids = torch.randint(1, 128, (3, 14), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    mask[2, :9] = 0
+    kw = dict(max_new_tokens=8, attention_mask=mask, pad_token_id=0)
+    assert _generate(ours, ids, **kw) == _generate(eager, ids, **kw)
+
+
+def test_beam_search_with_two_beams():
+    eager, ours = build("llama", "eager"), build("llama", "attn")
+    ids = torch.randint(0, 128, (1, 11), generator=torch.Generator().manual_seed(7))
+    kw = dict(max_new_tokens=8, num_beams=2, num_return_sequences=2)
+    assert _generate(ours, ids, **kw) == _generate(eager, ids, **kw)
+
+
+def test_crop_then_continue_matches_eager():
+    eager, ours = build("llama", "eager"), build("llama", "attn")
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(8))
+    cache = AttnCache()
+    with torch.no_grad():
+        ours(ids, cache=cache, use_cache=True)
+        cache.crop(-6)  # drop the last 6 tokens, as assisted decoding does after a rejection
+        assert cache.get_seq_length() == 14
+        got = ours(ids[:, 14:], cache=cache, use_cache=True).logits
+        want = eager(ids).logits[:, 14:]
+    assert (got - want).abs().max().item() <= 1e-4
+
+
+def test_bfloat16_generate_on_an_attn_cache_agrees_with_eager():
+    eager, ours = build("llama", "eager").to(torch.bfloat16), build("llama", "attn").to(torch.bfloat16)
+    ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(9))
+    cache = AttnCache()
+    with torch.no_grad():
+        got = ours(ids, cache=cache, use_cache=True).logits.float()
+        want = eager(ids).logits.float()
+    # bf16 activations: the two implementations round differently layer by layer.
+    assert (got - want).abs().max().item() <= 0.1 * want.abs().max().item()
