@@ -220,7 +220,7 @@ void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
 }
 
 void bind_cache_interop(nb::class_<KVCache>& cls) {
-  nb::class_<ExternalKVCache, KVCache>(cls, "External", "A KVCache over an engine's tensor (KVCache.from_dlpack).");
+  nb::class_<ExternalKVCache, KVCache>(cls, "_External", "A KVCache over an engine's tensor (KVCache.from_dlpack).");
   cls.def_static("from_dlpack", &cache_from_dlpack, nb::arg("tensor"), nb::kw_only(), nb::arg("layout") = "NHD",
                  nb::arg("head_size_v") = 0, nb::arg("per_head_scales") = false,
                  "Wraps an engine-owned tensor as a cache, without copying: the shape gives num_blocks, block_size,\n"

@@ -149,5 +149,5 @@ def test_from_dlpack_pins_the_storage_it_wrapped():
     address = engine.data_ptr()
     del engine
     layer.write_kv(kv, kv, cache, md)
-    assert cache.numpy().ctypes.data == address and type(cache).__name__ == "External"
+    assert cache.numpy().ctypes.data == address and type(cache).__name__ == "_External"
     assert isinstance(cache, attn.KVCache) and not cache.owns_storage
