@@ -6,7 +6,9 @@
 //     pool, timed interleaved with the writes: fraction_of_copy = copy time / write time.
 //   decode_b8: one token for each of 8 sequences, against the attend of B=8 ctx 4096 it precedes
 //     (fraction_of_attend = write time / attend time).
-// Destinations rotate over a pool several times the last-level cache, so both go to DRAM.
+// Destinations rotate over a pool several times the last-level cache, so both write to DRAM; the
+// 8 MiB of sources are reused and may sit in the last-level cache for both, as a just-computed
+// K/V projection does in an engine.
 #include <omp.h>
 
 #include <algorithm>
