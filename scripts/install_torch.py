@@ -2,7 +2,10 @@
 transformers tests run on it. PyPI's Linux wheel is the CUDA build; its libraries link the CUDA
 runtime libraries (cudart, cuBLAS, cuDNN, NCCL, ...) so `import torch` needs those, at the
 versions torch pins, even on a machine without a GPU. Left out as unused on the CPU: triton (the
-GPU compiler, ~150 MB), cuda-bindings, the CUDA headers (cccl), NVTX and cuSOLVER (loaded lazily)."""
+GPU compiler, ~150 MB), cuda-bindings, the CUDA headers (cccl), NVTX and cuSOLVER (loaded lazily).
+
+Usage: python install_torch.py [REQUIREMENT]   (default "torch"; e.g. "torch==2.13.0"), into the
+interpreter running it."""
 import json
 import subprocess
 import sys
@@ -13,10 +16,11 @@ SKIP = {"triton", "cuda-bindings", "cuda-pathfinder", "cuda-toolkit", "nvidia-cu
 
 
 def main() -> None:
+    requirement = sys.argv[1] if len(sys.argv) > 1 else "torch"
     pip = [sys.executable, "-m", "pip"]
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         # What pip would install for torch here, with exact versions; nothing is installed yet.
-        subprocess.run(pip + ["install", "-q", "--dry-run", "--ignore-installed", "--report", report.name, "torch"],
+        subprocess.run(pip + ["install", "-q", "--dry-run", "--ignore-installed", "--report", report.name, requirement],
                        check=True)
         plan = json.load(open(report.name))["install"]
     wanted = [f"{p['metadata']['name']}=={p['metadata']['version']}" for p in plan

@@ -4,7 +4,9 @@
 #   2. AddressSanitizer + UBSan build: the whole suite with bounded case counts (ATTN_TEST_QUICK),
 #   3. ThreadSanitizer build: the selector's concurrency tests,
 #   4. libFuzzer harnesses (clang, ASan + UBSan): scripts/fuzz.sh, 45 s per harness,
-#   5. the Python module (pip install) and its pytest suite.
+#   5. the Python module (one wheel) and its pytest suite,
+#   6. attn inside vLLM: vLLM's CPU build in a venv of its own (scripts/install_vllm.py), attn's
+#      vLLM tests (python/tests_vllm) and vLLM's own attention-backend tests pointed at attn.
 # Long sweeps: ATTN_TEST_LONG=1 scripts/test.sh runs the Backends/ConformanceLong.* sweeps (they skip
 # themselves otherwise) in the Release run.
 set -euo pipefail
@@ -39,12 +41,23 @@ step "Fuzzing (scripts/fuzz.sh, 45 s per harness)"
 scripts/fuzz.sh 45
 
 step "Python module"
-if [[ -f pyproject.toml ]]; then
-  "$PYTHON" -m pip install -q --no-build-isolation . 
-  set +e
-  "$PYTHON" -m pytest -q python/tests
-  rc=$?
-  set -e
-  [[ $rc -eq 5 ]] && { echo "pytest collected no tests"; exit 1; }
-  exit $rc
-fi
+VLLM_VENV=${ATTN_VLLM_VENV:-build-vllm/venv}
+"$PYTHON" -m pip wheel -q --no-build-isolation --no-deps . -w build-py/dist
+WHEEL=$(ls -t build-py/dist/attn-*.whl | head -1)
+"$PYTHON" -m pip install -q --force-reinstall --no-deps "$WHEEL"
+set +e
+"$PYTHON" -m pytest -q python/tests
+rc=$?
+set -e
+[[ $rc -eq 5 ]] && { echo "pytest collected no tests"; exit 1; }
+
+step "attn inside vLLM (vLLM's CPU build, its attention-backend tests)"
+"$PYTHON" scripts/install_vllm.py "$VLLM_VENV" build-vllm/vllm-src
+"$VLLM_VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEEL"
+set +e
+PYTHONPATH=python/tests_vllm:build-vllm/vllm-src "$VLLM_VENV/bin/python" -m pytest -q -rs -p vllm_glue \
+  python/tests_vllm build-vllm/vllm-src/tests/v1/attention/test_attention_backends.py
+vrc=$?
+set -e
+[[ $vrc -eq 5 ]] && { echo "vLLM pytest collected no tests"; exit 1; }
+exit $(( rc != 0 ? rc : vrc ))

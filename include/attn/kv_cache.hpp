@@ -111,6 +111,18 @@ inline void gather_kv_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, 
   for (int32_t i = 0; i < n; ++i) std::memcpy(out + std::size_t(i) * es, base + kv_element_offset(v, b, t, h, i, is_v) * int64_t(es), es);
 }
 
+/// Host memory an engine laid out itself, K and V rows at its own element strides (storage dtype;
+/// each row's dims contiguous): K (block b, token t, head h, dim d) at k + b*block + t*token +
+/// h*head + d, V at the same place + v_offset. Serves vLLM's per-token [K | V] rows in any of its
+/// block layouts, and dense [batch, heads, seq, dim] K / V tensors as one block per sequence. Every
+/// element the spec addresses must lie in [memory, memory + bytes).
+struct StridedKV {
+  void* k = nullptr;
+  int64_t block = 0, token = 0, head = 0, v_offset = 0;  // v_offset may be negative (V before K)
+  const void* memory = nullptr;
+  std::size_t bytes = 0;
+};
+
 /// One layer's paged cache: allocated on a device (host memory unless an allocator says else),
 /// viewed through view() by the backends that read that device.
 class KVCache {
@@ -120,6 +132,9 @@ class KVCache {
   /// contiguously as spec.shape(), 64-byte aligned, and must outlive this cache. Nothing is
   /// allocated or copied; writes and fills go to the engine's memory.
   KVCache(const KVCacheSpec& spec, void* external);
+  /// Reads and writes an engine's memory in place at its strides (see StridedKV): spec.layout NHD
+  /// or HND (which only names the token order in messages); nothing is allocated or copied.
+  KVCache(const KVCacheSpec& spec, const StridedKV& memory);
   /// A cache in `allocator`'s memory (zeroed), e.g. Registry::allocator(DeviceKind::cuda).
   KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> allocator);
   KVCache(KVCache&&) noexcept;
@@ -133,6 +148,8 @@ class KVCache {
   void* data() const { return device_ ? device_.data() : external_ ? external_ : storage_.data(); }
   std::size_t bytes() const { return device_ ? device_.bytes() : external_ ? external_bytes_ : storage_.bytes(); }
   bool owns_storage() const { return external_ == nullptr; }
+  /// Made over an engine's strided memory (StridedKV): it has no dense shape of its own.
+  bool strided() const { return strided_.k != nullptr; }
   /// Copies the bytes and scales of a cache of the same spec, on any device (upload, download).
   void copy_from(const KVCache& other);
 
@@ -165,6 +182,7 @@ class KVCache {
   Buffer storage_;               // host caches attn allocated
   void* external_ = nullptr;     // engine-owned host storage (KVCache(spec, external))
   std::size_t external_bytes_ = 0;
+  StridedKV strided_;            // engine-laid-out host storage (KVCache(spec, StridedKV))
   DeviceMemory device_;          // device caches: the bytes ...
   DeviceMemory device_scales_;   // ... and [2, num_kv_heads] scales (k then v)
   std::vector<float> k_scales_, v_scales_;

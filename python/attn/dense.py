@@ -1,7 +1,10 @@
 """attn.attention: a drop-in for torch.nn.functional.scaled_dot_product_attention (its arguments,
 defaults and results), served by the same selector and kernels as the paged API.
 
-K and V go into a paged cache through the layer's write_kv (one copy, in the cache dtype); q is
+Dense K and V ("bhsd" / "bshd") are read in place: a cache over the tensors themselves at their
+strides, one block per sequence (KVCache.from_views), nothing copied. K/V that cannot be viewed
+(another dtype than the cache's, K and V at different strides, a "thd" batch, a sequence longer than
+a block may be) go into a paged cache through the layer's write_kv: one copy, at memory speed. q is
 read in place when its layout allows and the output is written once. NumPy arrays (ml_dtypes
 bfloat16 included) and torch CPU tensors both work; the output has q's array type and dtype.
 """
@@ -11,7 +14,7 @@ import atexit
 import math
 import threading
 
-from ._core import Attention, BatchMetadata, LayerConfig
+from ._core import Attention, BatchMetadata, Error, KVCache, LayerConfig
 
 _LAYOUTS = ("bhsd", "bshd", "thd")
 _MAX_LAYERS = 256  # distinct (config, scale, sinks, backend) kept; a model has a handful
@@ -53,6 +56,19 @@ def _lengths(cu_seqlens, total: int, arg: str) -> list[int]:
     if not cu or cu[0] != 0 or cu[-1] != total or any(b < a for a, b in zip(cu, cu[1:])):
         raise ValueError(f"{arg}={cu} invalid: expected non-decreasing offsets from 0 to {total} (the token count)")
     return [b - a for a, b in zip(cu, cu[1:])]
+
+
+def _dense_view(layer: Attention, q, k, v, layout: str):
+    """A cache over dense K / V themselves (one block per sequence at the tensors' strides), or
+    None where they cannot be read in place (the caller copies them instead)."""
+    storage = _dtype_name(q) if layer.kv_cache_dtype == "auto" else layer.kv_cache_dtype
+    if _dtype_name(k) != storage or _dtype_name(v) != storage:
+        return None
+    kv = (k, v) if layout == "bshd" else (k.swapaxes(1, 2), v.swapaxes(1, 2))  # [B, S, H, D]
+    try:
+        return KVCache.from_views(*kv)
+    except (Error, TypeError, ValueError):  # strides K and V do not share, rows not contiguous, ...
+        return None
 
 
 def _is_torch(x) -> bool:
@@ -166,6 +182,13 @@ def _attention(q, k, v, *, causal: bool, scale: float | None = None, window: int
                       has_sink=sinks is not None, attn_type="decoder" if causal else "encoder_only")
     layer = _layer(cfg, scale, sinks, backend)
 
+    if layout != "thd":
+        view = _dense_view(layer, q, k, v, layout)
+        if view is not None:
+            md = BatchMetadata(seq_lens=kv_lens, query_lens=q_lens, block_ids=[[b] for b in range(batch)], cache=view,
+                               causal=causal)
+            out = layer.forward(qt, view, md).reshape(batch, q_lens[0], heads, -1)
+            return out.swapaxes(1, 2) if layout == "bhsd" else out
     block_size = layer.block_size
     per_seq = [max(1, math.ceil(n / block_size)) for n in kv_lens]
     starts = [sum(per_seq[:i]) for i in range(len(per_seq))]

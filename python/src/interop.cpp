@@ -35,6 +35,7 @@ nb::dlpack::dtype dlpack_dtype(DType d) {
 nb::object cache_ndarray(nb::handle self) {
   const KVCache& c = nb::cast<const KVCache&>(self);
   check_storage(c);
+  require(!c.strided(), "cache", "strided (KVCache.from_views)", "a cache with attn's own layout: read the engine's tensors instead");
   std::vector<std::size_t> shape;
   for (int64_t d : c.spec().shape()) shape.push_back(std::size_t(d));
   return nb::cast(nb::ndarray<nb::array_api>(c.data(), shape.size(), shape.data(), self, nullptr, dlpack_dtype(c.spec().dtype),
@@ -70,14 +71,48 @@ std::string shape_text(const nb::ndarray<>& a) {
   return shape + ")";
 }
 
-/// An engine tensor wrapped as a cache. The wrapper keeps the tensor and the DLPack export it was
-/// wrapped from: the export pins the storage the tensor had then (torch's set_ can move the tensor
-/// to other storage), and every use re-imports the tensor to check it still shows that memory
-/// (resize_ frees it in place, which no reference can prevent).
+/// One tensor a cache reads: what the caller passed and the DLPack export it was wrapped from.
+/// The export pins the storage the tensor had then (torch's set_ can move the tensor to other
+/// storage); every use re-imports the tensor to check it still shows that memory (resize_ frees
+/// it in place, which no reference can prevent).
+struct PinnedTensor {
+  nb::object source;     // what the caller passed (or the raw-bytes view of a NumPy ml_dtypes array)
+  nb::ndarray<> pinned;  // its DLPack export at wrap time: holds that storage alive
+  std::string shape;
+  // torch: the storage's address and size at wrap time. A view keeps its own shape when its base
+  // is resized, so only the storage shows that the memory under it is gone.
+  std::string storage = storage_of(source);
+
+  static std::string storage_of(const nb::object& t) {
+    if (!nb::hasattr(t, "untyped_storage")) return {};
+    nb::object st = t.attr("untyped_storage")();
+    return std::to_string(nb::cast<uintptr_t>(st.attr("data_ptr")())) + "+" + std::to_string(nb::cast<std::size_t>(st.attr("nbytes")()));
+  }
+
+  void check(const char* arg) const {
+    if (!storage.empty() && storage_of(source) != storage)
+      throw Error(std::string(arg) + " storage invalid: expected the storage it was wrapped with (" + storage +
+                  " bytes), now " + storage_of(source) + ": resize_ / set_ replaced it (on the tensor or its base); wrap the tensor again");
+    nb::ndarray<> now;
+    if (!nb::try_cast(source, now, false))
+      throw Error(std::string(arg) + " can no longer be exported through DLPack: expected the tensor it wrapped, unchanged");
+    const std::string s = shape_text(now);
+    require(now.data() == pinned.data() && s == shape, arg, "data " + std::to_string(uintptr_t(now.data())) + " shape " + s,
+            "the memory it was wrapped with (data " + std::to_string(uintptr_t(pinned.data())) + " shape " + shape +
+                "): resize_ / set_ replaced it; wrap the tensor again");
+  }
+};
+
+/// An engine's tensors wrapped as a cache (from_dlpack: one tensor in attn's layout; from_views:
+/// K and V views at the engine's strides), kept alive and re-checked on every use.
 class ExternalKVCache : public KVCache {
  public:
-  ExternalKVCache(const KVCacheSpec& spec, nb::object source, nb::ndarray<> pinned)
-      : KVCache(spec, pinned.data()), source_(std::move(source)), pinned_(std::move(pinned)), shape_(shape_text(pinned_)) {
+  ExternalKVCache(const KVCacheSpec& spec, PinnedTensor t, const char* arg)
+      : KVCache(spec, t.pinned.data()), tensors_{std::move(t)}, arg_(arg) {
+    wrapped().emplace(this, this);
+  }
+  ExternalKVCache(const KVCacheSpec& spec, const StridedKV& memory, std::vector<PinnedTensor> t, const char* arg)
+      : KVCache(spec, memory), tensors_(std::move(t)), arg_(arg) {
     wrapped().emplace(this, this);
   }
   ~ExternalKVCache() { wrapped().erase(this); }
@@ -85,15 +120,7 @@ class ExternalKVCache : public KVCache {
   ExternalKVCache& operator=(const ExternalKVCache&) = delete;
 
   void check() const {
-    nb::ndarray<> now;
-    if (!nb::try_cast(source_, now, false))
-      throw Error("KVCache.from_dlpack tensor can no longer be exported through DLPack: expected the tensor it wrapped, "
-                  "unchanged");
-    const std::string shape = shape_text(now);
-    require(now.data() == data() && shape == shape_, "KVCache.from_dlpack tensor",
-            "data " + std::to_string(uintptr_t(now.data())) + " shape " + shape,
-            "the memory it was wrapped with (data " + std::to_string(uintptr_t(data())) + " shape " + shape_ +
-                "): resize_ / set_ replaced it; wrap the tensor again");
+    for (const PinnedTensor& t : tensors_) t.check(arg_);
   }
   /// The external caches alive, by address; read and written with the GIL held.
   static std::unordered_map<const KVCache*, const ExternalKVCache*>& wrapped() {
@@ -102,28 +129,89 @@ class ExternalKVCache : public KVCache {
   }
 
  private:
-  nb::object source_;     // what the caller passed (or the raw-bytes view of a NumPy ml_dtypes array)
-  nb::ndarray<> pinned_;  // its DLPack export at wrap time: holds that storage alive
-  std::string shape_;
+  std::vector<PinnedTensor> tensors_;
+  const char* arg_;
 };
 
-nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales) {
+/// The storage dtype, export and CPU check every wrapped tensor goes through.
+PinnedTensor pin_cpu_tensor(nb::handle tensor, DType& dtype) {
   nb::object exported;
-  const DType dtype = cache_storage_dtype(tensor, exported);
+  dtype = cache_storage_dtype(tensor, exported);
   nb::ndarray<> a;
   if (!nb::try_cast(exported, a, false))
     throw nb::type_error("tensor invalid: expected a writable DLPack tensor or NumPy array");
   require(a.device_type() == nb::device::cpu::value, "tensor.device", a.device_type() == nb::device::cuda::value ? "cuda" : "other",
           "cpu (attn's KV cache kernels read host memory)");
-  KVCacheSpec spec;
-  spec.dtype = dtype;
-  spec.kv_cache_dtype = dtype == DType::fp8_e4m3 ? KVCacheDType::fp8_e4m3
-                        : dtype == DType::fp8_e5m2 ? KVCacheDType::fp8_e5m2 : KVCacheDType::auto_;
-  spec.per_head_scales = per_head_scales;
-  const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
-  const std::string shape = shape_text(a);
+  std::string shape = shape_text(a);
   for (std::size_t d = 0; d < a.ndim(); ++d)  // the spec holds int32 sizes: a larger extent would wrap
     require(a.shape(d) <= std::numeric_limits<int32_t>::max(), "tensor.shape", shape, "extents below 2^31");
+  return PinnedTensor{exported, std::move(a), std::move(shape)};
+}
+
+KVCacheDType kv_cache_dtype_of(DType d) {
+  return d == DType::fp8_e4m3 ? KVCacheDType::fp8_e4m3 : d == DType::fp8_e5m2 ? KVCacheDType::fp8_e5m2 : KVCacheDType::auto_;
+}
+
+/// K and V views [num_blocks, block_size, num_kv_heads, head_size(_v)] at any strides (each row
+/// contiguous, K and V at the same strides), e.g. halves of vLLM's [K | V] rows or dense
+/// [batch, seq, heads, dim] tensors: a cache that reads and writes them in place.
+nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales) {
+  DType kd, vd;
+  PinnedTensor kt = pin_cpu_tensor(k, kd), vt = pin_cpu_tensor(v, vd);
+  const nb::ndarray<>&ka = kt.pinned, &va = vt.pinned;
+  require(vd == kd, "v.dtype", to_string(vd), "k's dtype " + std::string(to_string(kd)));
+  const char* dims = "[num_blocks, block_size, num_kv_heads, head_size]";
+  require(ka.ndim() == 4, "k.shape", kt.shape, dims);
+  require(va.ndim() == 4 && va.shape(0) == ka.shape(0) && va.shape(1) == ka.shape(1) && va.shape(2) == ka.shape(2), "v.shape",
+          vt.shape, "k's first three extents " + kt.shape + " and its own head_size_v");
+  for (int d = 0; d < 3; ++d)
+    require(ka.stride(d) == va.stride(d) || ka.shape(d) == 1, "v.strides", "dimension " + std::to_string(d) + " stride " +
+            std::to_string(va.stride(d)), "k's stride " + std::to_string(ka.stride(d)) + " (K and V at the same strides)");
+  require(ka.stride(3) == 1 || ka.shape(3) == 1, "k.strides", "last dimension stride " + std::to_string(ka.stride(3)), "1 (contiguous rows)");
+  require(va.stride(3) == 1 || va.shape(3) == 1, "v.strides", "last dimension stride " + std::to_string(va.stride(3)), "1 (contiguous rows)");
+  for (int d = 0; d < 3; ++d)
+    require(ka.stride(d) >= 0, "k.strides", "dimension " + std::to_string(d) + " stride " + std::to_string(ka.stride(d)), ">= 0");
+  KVCacheSpec spec;
+  spec.dtype = kd;
+  spec.kv_cache_dtype = kv_cache_dtype_of(kd);
+  spec.per_head_scales = per_head_scales;
+  spec.num_blocks = int32_t(ka.shape(0)), spec.block_size = int32_t(ka.shape(1)), spec.num_kv_heads = int32_t(ka.shape(2));
+  spec.head_size = int32_t(ka.shape(3)), spec.head_size_v = int32_t(va.shape(3));
+  // Unit extents have any stride; give them the stride that keeps the order below meaningful.
+  const int64_t token = ka.shape(1) == 1 ? 0 : ka.stride(1), head = ka.shape(2) == 1 ? 0 : ka.stride(2);
+  spec.layout = head >= token ? KVLayout::HND : KVLayout::NHD;  // names the token order only
+  const int64_t es = int64_t(dtype_size(kd));
+  StridedKV m;
+  m.k = ka.data();
+  m.block = ka.shape(0) == 1 ? 0 : ka.stride(0), m.token = token, m.head = head;
+  const auto kp = reinterpret_cast<std::intptr_t>(ka.data()), vp = reinterpret_cast<std::intptr_t>(va.data());
+  require((vp - kp) % es == 0, "v.data_ptr", vp - kp, "a whole number of elements from k's");
+  m.v_offset = (vp - kp) / es;
+  // Each view addresses only its own tensor's elements; the memory spans both.
+  auto end_of = [&](const nb::ndarray<>& a) {
+    int64_t last = 0;
+    for (std::size_t d = 0; d < 4; ++d) last += (int64_t(a.shape(d)) - 1) * a.stride(d);
+    return reinterpret_cast<std::intptr_t>(a.data()) + (last + 1) * es;
+  };
+  const std::intptr_t lo = std::min(kp, vp), hi = std::max(end_of(ka), end_of(va));
+  m.memory = reinterpret_cast<const void*>(lo);
+  m.bytes = std::size_t(hi - lo);
+  std::vector<PinnedTensor> pinned;
+  pinned.push_back(std::move(kt));
+  pinned.push_back(std::move(vt));
+  return nb::cast(new ExternalKVCache(spec, m, std::move(pinned), "KVCache.from_views tensor"), nb::rv_policy::take_ownership);
+}
+
+nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales) {
+  DType dtype;
+  PinnedTensor t = pin_cpu_tensor(tensor, dtype);
+  const nb::ndarray<>& a = t.pinned;
+  KVCacheSpec spec;
+  spec.dtype = dtype;
+  spec.kv_cache_dtype = kv_cache_dtype_of(dtype);
+  spec.per_head_scales = per_head_scales;
+  const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
+  const std::string& shape = t.shape;
   spec.layout = kv_layout_from_name(layout);
   if (spec.layout == KVLayout::MLA) {
     require(a.ndim() == want_ndim, "tensor.shape", shape, "[num_blocks, block_size, kv_lora_rank + rope] for layout='MLA'");
@@ -154,7 +242,7 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
   const int64_t tensor_bytes = expected * int64_t(dtype_size(dtype));
   require(spec.bytes() == tensor_bytes, "tensor.nbytes", tensor_bytes,
           std::to_string(spec.bytes()) + " bytes, what the cache " + spec.to_string() + " addresses");
-  return nb::cast(new ExternalKVCache(spec, exported, std::move(a)), nb::rv_policy::take_ownership);
+  return nb::cast(new ExternalKVCache(spec, std::move(t), "KVCache.from_dlpack tensor"), nb::rv_policy::take_ownership);
 }
 
 }  // namespace
@@ -227,6 +315,13 @@ void bind_cache_interop(nb::class_<KVCache>& cls) {
                  "num_kv_heads and head_size for `layout`, the dtype the storage dtype (fp8 tensors make fp8 caches).\n"
                  "It must be contiguous, on the CPU and 64-byte aligned; the tensor and its storage stay alive with the\n"
                  "cache, and every use checks the tensor still has that storage (resize_ / set_ on it is an error).");
+  cls.def_static("from_views", &cache_from_views, nb::arg("k"), nb::arg("v"), nb::kw_only(), nb::arg("per_head_scales") = false,
+                 "A cache over K and V views an engine laid out itself, read and written in place: k and v are\n"
+                 "[num_blocks, block_size, num_kv_heads, head_size(_v)] at any strides (rows contiguous, K and V at\n"
+                 "the same strides), on the CPU, e.g. the two halves of vLLM's per-token [K | V] rows, or dense\n"
+                 "[batch, seq, heads, dim] K / V as one block per sequence. Kept alive and re-checked like from_dlpack.\n"
+                 "A strided cache has no dense shape: numpy() / __dlpack__ refuse it (use the tensors themselves).");
+  cls.def_prop_ro("strided", &KVCache::strided, "True for caches made by from_views (the engine's strides).");
   cls.def_prop_ro("owns_storage", &KVCache::owns_storage, "False for caches made by from_dlpack.");
   cls.def(
          "__dlpack__",

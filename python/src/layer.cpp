@@ -77,11 +77,26 @@ KVCacheSpec cache_spec_from_py(int32_t num_blocks, int32_t block_size, int32_t n
   return s;
 }
 
+/// An engine's own slot mapping (where it believes each new token goes) must be the one the block
+/// table gives: a disagreement would attend slots that were never written.
+void check_engine_slots(const BatchMetadata& md, const std::vector<int64_t>& given) {
+  require(given.size() == md.slot_mapping.size(), "len(slot_mapping)", given.size(),
+          "num_tokens = " + std::to_string(md.slot_mapping.size()) + " (the sum of query_lens)");
+  for (std::size_t t = 0; t < given.size(); ++t) {
+    if (given[t] == md.slot_mapping[t]) continue;
+    const auto seq = std::upper_bound(md.query_start_loc.begin(), md.query_start_loc.end(), int64_t(t)) - md.query_start_loc.begin() - 1;
+    fail_check("slot_mapping[" + std::to_string(t) + "]", given[t],
+               std::to_string(md.slot_mapping[t]) + ", the slot block_ids give new token " +
+                   std::to_string(int64_t(t) - md.query_start_loc[std::size_t(seq)]) + " of sequence " + std::to_string(seq));
+  }
+}
+
 /// A NumPy view of the cache storage (no copy), shaped as the spec declares, in the storage dtype
 /// (ml_dtypes for bfloat16 / fp8). It keeps the cache alive.
 nb::object cache_array(nb::handle self) {
   const KVCache& c = nb::cast<const KVCache&>(self);
   check_storage(c);
+  require(!c.strided(), "cache", "strided (KVCache.from_views)", "a cache with attn's own layout: read the engine's tensors instead");
   const KVCacheSpec& s = c.spec();
   std::vector<std::size_t> shape;
   for (int64_t d : s.shape()) shape.push_back(std::size_t(d));
@@ -182,7 +197,8 @@ void bind_layer(nb::module_& m) {
                             "hold it. Built once per step, read by every layer.")
       .def("__init__",
            [](BatchMetadata* self, nb::handle query_lens_arg, nb::handle block_ids_arg, nb::handle context_lens_arg,
-              nb::handle seq_lens_arg, const KVCache* cache, int32_t block_size, int32_t num_blocks, bool causal) {
+              nb::handle seq_lens_arg, const KVCache* cache, int32_t block_size, int32_t num_blocks, bool causal,
+              nb::handle slot_mapping_arg) {
              // Lists, NumPy arrays and torch integer tensors alike.
              const auto query_lens = ints_from_py<int64_t>(query_lens_arg, "query_lens");
              const auto block_ids = int_rows_from_py(block_ids_arg, "block_ids");
@@ -219,11 +235,13 @@ void bind_layer(nb::module_& m) {
                seqs[s].context_len = context_lens ? lens[s] : lens[s] - query_lens[s];
                seqs[s].block_ids = block_ids[s];
              }
-             new (self) BatchMetadata(BatchMetadata::build(seqs, block_size, num_blocks, causal));
+             BatchMetadata md = BatchMetadata::build(seqs, block_size, num_blocks, causal);
+             if (!slot_mapping_arg.is_none()) check_engine_slots(md, ints_from_py<int64_t>(slot_mapping_arg, "slot_mapping"));
+             new (self) BatchMetadata(std::move(md));
            },
            nb::kw_only(), nb::arg("query_lens"), nb::arg("block_ids"), nb::arg("context_lens") = nb::none(),
            nb::arg("seq_lens") = nb::none(), nb::arg("cache") = nb::none(), nb::arg("block_size") = 0,
-           nb::arg("num_blocks") = 0, nb::arg("causal") = true)
+           nb::arg("num_blocks") = 0, nb::arg("causal") = true, nb::arg("slot_mapping") = nb::none())
       .def_ro("num_seqs", &BatchMetadata::num_seqs)
       .def_ro("num_tokens", &BatchMetadata::num_tokens)
       .def_ro("block_size", &BatchMetadata::block_size)

@@ -135,3 +135,27 @@ def test_sdpa_drop_in_never_detaches_gradients():
     assert out.requires_grad
     out.sum().backward()
     assert q.grad is not None
+
+
+def test_dense_reads_key_value_in_place(monkeypatch):
+    # Dense K / V are the cache (one block per sequence at the tensors' strides), not copied into one.
+    torch = pytest.importorskip("torch")
+    import attn.dense as dense
+
+    views = []
+    real = dense._dense_view
+    monkeypatch.setattr(dense, "_dense_view", lambda *a: views.append(real(*a)) or views[-1])
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(3, 8, 1, 64, generator=g).bfloat16()
+    k, v = (torch.randn(3, 2, 301, 64, generator=g).bfloat16() for _ in range(2))
+    for layout, args in (("bhsd", (q, k, v)), ("bshd", tuple(x.transpose(1, 2) for x in (q, k, v)))):
+        out = attn.attention(*args, enable_gqa=True, layout=layout)
+        assert views[-1] is not None and views[-1].strided, layout
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        got = out if layout == "bhsd" else out.transpose(1, 2)
+        torch.testing.assert_close(got.float(), ref, atol=2e-2, rtol=2e-2)
+    # K and V at different strides cannot share one view: one copy, same answer.
+    v_columns = v.transpose(2, 3).contiguous().transpose(2, 3)  # rows no longer contiguous
+    out = attn.attention(q, k, v_columns, enable_gqa=True)
+    assert views[-1] is None
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)

@@ -151,3 +151,37 @@ def test_from_dlpack_pins_the_storage_it_wrapped():
     layer.write_kv(kv, kv, cache, md)
     assert cache.numpy().ctypes.data == address and type(cache).__name__ == "_External"
     assert isinstance(cache, attn.KVCache) and not cache.owns_storage
+
+
+def test_from_views_reads_and_writes_strided_engine_rows_in_place():
+    # vLLM's per-token [K | V] rows, head-major blocks: the K and V halves are views, not copies.
+    blocks, heads, bs, d = 6, 2, 16, 32
+    kv = torch.zeros(blocks, heads, bs, 2 * d, dtype=torch.bfloat16)
+    k, v = kv[..., :d].permute(0, 2, 1, 3), kv[..., d:].permute(0, 2, 1, 3)
+    cache = attn.KVCache.from_views(k, v)
+    assert cache.strided and not cache.owns_storage
+    assert (cache.num_blocks, cache.block_size, cache.num_kv_heads, cache.head_size) == (blocks, bs, heads, d)
+    layer = attn.Attention(attn.LayerConfig(num_heads=4, num_kv_heads=heads, head_size=d, dtype="bfloat16"))
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[3], block_ids=[[4]], cache=cache)
+    nk, nv = torch.randn(3, heads, d).bfloat16(), torch.randn(3, heads, d).bfloat16()
+    layer.write_kv(nk, nv, cache, md)
+    assert torch.equal(kv[4, :, :3, :d], nk.transpose(0, 1)) and torch.equal(kv[4, :, :3, d:], nv.transpose(0, 1))
+    assert kv[:4].abs().sum() == 0 and kv[5].abs().sum() == 0
+    with pytest.raises(attn.Error, match="strided"):
+        cache.numpy()
+    kv.resize_(10_000_000)  # the storage moves: the views' memory is gone
+    with pytest.raises(attn.Error, match="resize_"):
+        layer.write_kv(nk, nv, cache, md)
+
+
+def test_from_views_refuses_views_it_cannot_address():
+    kv = torch.zeros(4, 2, 16, 64)
+    k, v = kv[..., :32].permute(0, 2, 1, 3), kv[..., 32:].permute(0, 2, 1, 3)
+    with pytest.raises(attn.Error, match="v.strides"):
+        attn.KVCache.from_views(k, v.contiguous())
+    with pytest.raises(attn.Error, match="k.strides"):
+        attn.KVCache.from_views(k.transpose(2, 3), v.transpose(2, 3))
+    with pytest.raises(attn.Error, match="v.dtype"):
+        attn.KVCache.from_views(k, v.to(torch.bfloat16))
+    with pytest.raises(attn.Error, match="k.shape"):
+        attn.KVCache.from_views(kv[None], kv[None])

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
+#include "attn/checked.hpp"
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
 #include "attn/numeric.hpp"
@@ -163,6 +165,51 @@ KVCache::KVCache(const KVCacheSpec& spec, void* external) : spec_(spec), externa
   v_scales_ = k_scales_;
 }
 
+namespace {
+/// The element offsets (from the K base) of the first and last element `spec` addresses at
+/// `m`'s strides, for K (is_v false) or V; the caller checks them against the memory.
+std::pair<int64_t, int64_t> strided_extent(const KVCacheSpec& spec, const StridedKV& m, bool is_v) {
+  const std::string what = is_v ? "V" : "K";
+  const int64_t last = checked_sum("strided cache " + what + " extent",
+                                   {checked_product("block stride", {int64_t(spec.num_blocks) - 1, m.block}),
+                                    checked_product("token stride", {int64_t(spec.block_size) - 1, m.token}),
+                                    checked_product("head stride", {int64_t(spec.num_kv_heads) - 1, m.head}),
+                                    int64_t(is_v ? spec.v_width() : spec.head_size) - 1});
+  const int64_t first = is_v ? m.v_offset : 0;
+  require(!is_v || m.v_offset <= kInt64Max - last, "v_offset", m.v_offset, "an offset the cache's extent fits after");
+  return {first, first + last};
+}
+}  // namespace
+
+KVCache::KVCache(const KVCacheSpec& spec, const StridedKV& m) : spec_(spec), strided_(m) {
+  spec.validate();
+  require(spec.layout == KVLayout::NHD || spec.layout == KVLayout::HND, "layout", attn::to_string(spec.layout),
+          "NHD or HND for a cache over strided memory");
+  require(!is_ds_mla(spec), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype), "a per-element dtype for a strided cache");
+  require(m.k != nullptr && m.memory != nullptr, "strided memory", "null", "the K base and the memory it lies in");
+  require(m.block >= 0 && m.token >= 0 && m.head >= 0, "strides",
+          std::to_string(m.block) + ", " + std::to_string(m.token) + ", " + std::to_string(m.head), "block, token, head strides >= 0");
+  const int64_t es = int64_t(dtype_size(spec.dtype));
+  const auto lo = reinterpret_cast<std::uintptr_t>(m.memory), k = reinterpret_cast<std::uintptr_t>(m.k);
+  require(k >= lo && (k - lo) % std::uintptr_t(es) == 0 && k - lo < m.bytes, "strided K base", k - lo,
+          "an element offset inside the " + std::to_string(m.bytes) + "-byte memory");
+  const int64_t k_elem = int64_t(k - lo) / es, elems = int64_t(m.bytes / std::size_t(es));
+  for (bool is_v : {false, true}) {
+    const auto [first, last] = strided_extent(spec, m, is_v);
+    if (first >= -k_elem && last < elems - k_elem) continue;
+    std::string range = "[";
+    range += std::to_string(k_elem + first);
+    range += ", ";
+    range += std::to_string(k_elem + last);
+    range += "]";
+    fail_check(is_v ? "V elements" : "K elements", range, "inside the memory's " + std::to_string(elems) + " elements");
+  }
+  external_ = const_cast<void*>(m.memory);
+  external_bytes_ = m.bytes;
+  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
+  v_scales_ = k_scales_;
+}
+
 KVCache::KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> allocator) : spec_(spec) {
   require(allocator != nullptr, "allocator", "null", "a device allocator (host_allocator() or Registry::allocator)");
   const int64_t bytes = spec.bytes();
@@ -186,6 +233,7 @@ void KVCache::upload_scales() {
 }
 
 void KVCache::copy_from(const KVCache& o) {
+  require(!strided() && !o.strided(), "cache", "strided", "caches with attn's own layout (copy a strided cache row by row)");
   require(o.spec() == spec_, "cache.spec", o.spec().to_string(), "this cache's spec " + spec_.to_string());
   const bool to_dev = device() != DeviceKind::cpu, from_dev = o.device() != DeviceKind::cpu;
   if (to_dev) {
@@ -211,11 +259,16 @@ PagedKV KVCache::view() const {
   v.layout = spec_.layout;
   v.num_blocks = spec_.num_blocks;
   v.block_size = spec_.block_size;
+  if (strided()) {
+    v.base = strided_.k;
+    v.block_stride = strided_.block, v.token_stride = strided_.token, v.head_stride = strided_.head;
+    v.v_offset = strided_.v_offset;
+  }
   v.num_kv_heads = spec_.num_kv_heads;
   v.head_size = spec_.head_size;
   v.head_size_v = spec_.v_width();
   const int64_t w = entry_width(spec_), bs = spec_.block_size, h = spec_.num_kv_heads;
-  switch (spec_.layout) {
+  if (!strided()) switch (spec_.layout) {
     case KVLayout::NHD:
       v.head_stride = w; v.token_stride = h * w; v.v_offset = bs * h * w; v.block_stride = 2 * bs * h * w;
       break;
@@ -342,9 +395,19 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
   require(src >= 0 && src < spec_.num_blocks, "src_block", src, "a block id in [0, " + std::to_string(spec_.num_blocks) + ")");
   require(dst >= 0 && dst < spec_.num_blocks, "dst_block", dst, "a block id in [0, " + std::to_string(spec_.num_blocks) + ")");
   const PagedKV pv = view();
+  if (src == dst) return;
+  if (strided()) {  // rows at the engine's strides: only the addressed elements move
+    const std::size_t es = dtype_size(spec_.dtype);
+    char* b = static_cast<char*>(pv.base);
+    for (bool is_v : {false, true})
+      for (int32_t h = 0; h < spec_.num_kv_heads; ++h)
+        for (int32_t t = 0; t < spec_.block_size; ++t)
+          std::memmove(b + kv_element_offset(pv, dst, t, h, 0, is_v) * int64_t(es), b + kv_element_offset(pv, src, t, h, 0, is_v) * int64_t(es),
+                       std::size_t(is_v ? spec_.v_width() : spec_.head_size) * es);
+    return;
+  }
   const std::size_t bytes = std::size_t(pv.block_stride) * dtype_size(spec_.dtype);
   char* base = static_cast<char*>(data());
-  if (src == dst) return;
   if (device_) {
     device_.allocator()->copy(base + std::size_t(dst) * bytes, base + std::size_t(src) * bytes, bytes, CopyKind::device_to_device);
   } else {
@@ -353,6 +416,16 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
 }
 
 void KVCache::fill(float value) {
+  if (strided()) {  // only the elements the cache addresses: the memory between may be the engine's
+    const PagedKV pv = view();
+    for (bool is_v : {false, true})
+      for (int32_t b = 0; b < spec_.num_blocks; ++b)
+        for (int32_t h = 0; h < spec_.num_kv_heads; ++h)
+          for (int32_t t = 0; t < spec_.block_size; ++t)
+            for (int32_t d = 0, n = is_v ? spec_.v_width() : spec_.head_size; d < n; ++d)
+              store_from_float(pv.base, spec_.dtype, kv_element_offset(pv, b, t, h, d, is_v), value);
+    return;
+  }
   Buffer host = device_ ? Buffer(spec_.dtype, spec_.shape()) : Buffer();
   void* dst = device_ ? host.data() : data();
   const int64_t n = int64_t(bytes() / dtype_size(spec_.dtype));

@@ -24,7 +24,7 @@ std::string CaseSpec::describe() const {
   std::ostringstream os;
   os << "seed=" << seed << " (rerun with ATTN_TEST_SEED=" << seed << ") block_size=" << block_size << " seqs=[";
   for (std::size_t i = 0; i < seqs.size(); ++i) os << (i ? " " : "") << seqs[i].context_len << "+" << seqs[i].query_len;
-  os << "]" << (layout ? " layout=" + std::string(to_string(*layout)) : std::string()) << " permute=" << permute_blocks << " alias=" << alias_prefix << " planted=" << plant_keys << " " << config.to_string();
+  os << "]" << (layout ? " layout=" + std::string(to_string(*layout)) : std::string()) << " permute=" << permute_blocks << " alias=" << alias_prefix << " planted=" << plant_keys << " strided=" << int(strided) << " " << config.to_string();
   return os.str();
 }
 
@@ -135,7 +135,23 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
   KVCacheSpec cs = desc->cache_spec(cfg, total_blocks, bs);
   cs.per_head_scales = spec.per_head_scales;
   if (spec.layout) cs.layout = *spec.layout;
-  c.cache = std::make_unique<KVCache>(cs);
+  if (spec.strided == CaseSpec::Strided::none) {
+    c.cache = std::make_unique<KVCache>(cs);
+  } else {  // rows of D + Dv + 3 elements, blocks 5 elements apart beyond their rows: NaN between
+    cs.layout = spec.strided == CaseSpec::Strided::head_major ? KVLayout::HND : KVLayout::NHD;
+    const int64_t row = D + Dv + 3, block = int64_t(bs) * Hkv * row + 5;
+    c.strided_memory = Buffer(cs.dtype, {int64_t(total_blocks), block});
+    for (int64_t i = 0; i < int64_t(total_blocks) * block; ++i)
+      store_from_float(c.strided_memory.data(), cs.dtype, i, std::numeric_limits<float>::quiet_NaN());
+    StridedKV m;
+    m.memory = m.k = c.strided_memory.data();
+    m.bytes = c.strided_memory.bytes();
+    m.block = block, m.v_offset = D;
+    const bool head_major = spec.strided == CaseSpec::Strided::head_major;
+    m.head = head_major ? int64_t(bs) * row : row;
+    m.token = head_major ? row : int64_t(Hkv) * row;
+    c.cache = std::make_unique<KVCache>(cs, m);
+  }
   const bool fp8 = cs.dtype == DType::fp8_e4m3 || cs.dtype == DType::fp8_e5m2;
   if (fp8) {
     const float base = spec.value_range / 100.0f;  // values land well inside the fp8 range

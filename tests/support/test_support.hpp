@@ -48,6 +48,11 @@ struct CaseSpec {
   // The cache layout, in place of the backend's (a backend serving several layouts is checked
   // on each); unset: BackendDescriptor::cache_spec's.
   std::optional<KVLayout> layout;
+  // The cache over engine-laid-out memory (KVCache(spec, StridedKV)) in vLLM's per-token [K | V]
+  // rows: head-major blocks ([heads][tokens][K | V], vLLM's LBHNC) or token-major ([tokens][heads]
+  // [K | V], LBNHC), with NaN padding after every row and block.
+  enum class Strided { none, head_major, token_major };
+  Strided strided = Strided::none;
   std::string describe() const; // one line with the seed, for failure messages
 };
 
@@ -59,6 +64,7 @@ struct Case {
   std::string backend;
   std::unique_ptr<AttentionImpl> impl;
   std::unique_ptr<KVCache> cache;
+  Buffer strided_memory;  // the memory a strided cache reads (CaseSpec::strided)
   BatchMetadata md;
   Buffer q, out;
   // Dense fp64 copies as the cache holds them (dequantized): per sequence [len, kv_heads, d].

@@ -551,3 +551,74 @@ TEST(KVCacheFill, PoisonsEveryElement) {
 }
 
 }  // namespace
+
+// --- caches over an engine's strided memory (KVCache(spec, StridedKV)) ---
+
+namespace strided {
+/// vLLM's head-major block: [heads][tokens][K | V] rows of head_size + head_size_v elements.
+StridedKV rows_of(std::vector<float>& mem, const KVCacheSpec& s) {
+  StridedKV m;
+  m.memory = m.k = mem.data();
+  m.bytes = mem.size() * sizeof(float);
+  const int64_t row = s.head_size + s.v_width();
+  m.token = row, m.head = s.block_size * row, m.block = int64_t(s.num_kv_heads) * s.block_size * row;
+  m.v_offset = s.head_size;
+  return m;
+}
+}  // namespace strided
+
+TEST(KVCacheStrided, ReadsAndWritesTheEngineRowsInPlace) {
+  KVCacheSpec s = small_spec(DType::float32, KVLayout::HND);
+  std::vector<float> mem(std::size_t(s.num_blocks) * s.num_kv_heads * s.block_size * (s.head_size + s.v_width()) + 7, -1.0f);
+  KVCache c(s, strided::rows_of(mem, s));
+  EXPECT_TRUE(c.strided());
+  EXPECT_FALSE(c.owns_storage());
+  std::vector<float> k(2 * 2 * 8), v(2 * 2 * 6);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = float(i);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 100.0f + float(i);
+  const BatchMetadata md = BatchMetadata::build({SequenceSpec{5, 2, {1, 3}}}, 4, 4, true);  // slots 13, 14: block 3
+  c.write(TensorView::contiguous(k.data(), DType::float32, {2, 2, 8}), TensorView::contiguous(v.data(), DType::float32, {2, 2, 6}), md);
+  // token 1 of block 3, head 1: row at 3*block + 1*head + 1*token; K then V in the one row.
+  const std::size_t row = 3 * (2 * 4 * 14) + 1 * (4 * 14) + 1 * 14;
+  EXPECT_EQ(mem[row + 0], k[(0 * 2 + 1) * 8 + 0]);
+  EXPECT_EQ(mem[row + 7], k[(0 * 2 + 1) * 8 + 7]);
+  EXPECT_EQ(mem[row + 8], v[(0 * 2 + 1) * 6 + 0]);
+  EXPECT_EQ(mem[row + 13], v[(0 * 2 + 1) * 6 + 5]);
+  EXPECT_EQ(mem.back(), -1.0f);  // the memory past the rows is the engine's
+  c.copy_block(3, 0);
+  EXPECT_EQ(mem[1 * (4 * 14) + 1 * 14 + 8], v[(0 * 2 + 1) * 6 + 0]);
+  c.fill(2.0f);
+  EXPECT_EQ(mem[row], 2.0f);
+  EXPECT_EQ(mem.back(), -1.0f);  // fill touches the addressed elements only
+  KVCache dense(s);
+  EXPECT_TRUE(throws_error([&] { dense.copy_from(c); }, {"strided"}));
+}
+
+TEST(KVCacheStrided, RefusesMemoryThatDoesNotHoldEveryElement) {
+  KVCacheSpec s = small_spec(DType::float32, KVLayout::HND);
+  std::vector<float> mem(std::size_t(s.num_blocks) * s.num_kv_heads * s.block_size * (s.head_size + s.v_width()));
+  StridedKV m = strided::rows_of(mem, s);
+  { KVCache ok(s, m); }
+  StridedKV short_mem = m;
+  short_mem.bytes -= sizeof(float);  // the last V element falls outside
+  EXPECT_TRUE(throws_error([&] { KVCache c(s, short_mem); }, {"V elements"}));
+  StridedKV wide = m;
+  wide.token += 1;  // rows drift past the end
+  EXPECT_TRUE(throws_error([&] { KVCache c(s, wide); }, {"elements"}));
+  StridedKV negative = m;
+  negative.head = -1;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s, negative); }, {"strides"}));
+  StridedKV v_before = m;
+  v_before.v_offset = -1;  // V one element before the memory
+  EXPECT_TRUE(throws_error([&] { KVCache c(s, v_before); }, {"V elements"}));
+  StridedKV huge = m;
+  huge.block = int64_t(1) << 62;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s, huge); }, {"block stride"}));
+  StridedKV null_base = m;
+  null_base.k = nullptr;
+  EXPECT_TRUE(throws_error([&] { KVCache c(s, null_base); }, {"strided memory"}));
+  KVCacheSpec pairs = s;
+  pairs.layout = KVLayout::HND_PAIRS;
+  pairs.block_size = 16;
+  EXPECT_TRUE(throws_error([&] { KVCache c(pairs, m); }, {"layout"}));
+}

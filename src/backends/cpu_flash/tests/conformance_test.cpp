@@ -220,5 +220,35 @@ TEST(CpuFlashConformance, PairLayoutWindowsAndSinks) {
   }
 }
 
+TEST(CpuFlashConformance, EngineStridedRows) {
+  // vLLM's own cache (per-token [K | V] rows, head- or token-major blocks, read in place at the
+  // engine's strides): mixed batches, every KV dtype, GQA, head sizes with tails, the features.
+  struct Shape { int heads, kv_heads, d; DType io; KVCacheDType kv; int block_size; };
+  const Shape shapes[] = {{8, 2, 64, DType::float32, KVCacheDType::auto_, 16},
+                          {8, 2, 128, DType::bfloat16, KVCacheDType::auto_, 32},
+                          {4, 4, 80, DType::float16, KVCacheDType::auto_, 16},
+                          {8, 1, 128, DType::bfloat16, KVCacheDType::fp8_e4m3, 32},
+                          {6, 2, 100, DType::bfloat16, KVCacheDType::fp8_e5m2, 16}};
+  for (const Shape& sh : shapes)
+    for (auto strided : {CaseSpec::Strided::head_major, CaseSpec::Strided::token_major})
+      for (const Feature* f : {static_cast<const Feature*>(nullptr), &features()[0], &features()[1], &features()[3]}) {
+        CaseSpec spec;
+        spec.config = layer(sh.heads, sh.kv_heads, sh.d, sh.io);
+        spec.config.kv_cache_dtype = sh.kv;
+        if (f) f->apply(spec.config);
+        spec.block_size = sh.block_size;
+        spec.strided = strided;
+        spec.seqs = mixed_batch(sh.block_size);
+        spec.value_range = 2.0f;
+        spec.seed = attn::test::fresh_seed();
+        for (Isa isa : variants()) {
+          ForceIsa force(isa);
+          const auto r = attn::test::check_backend(spec, "cpu_flash");
+          EXPECT_TRUE(r.ok) << "variant " << to_string(isa) << " " << (f ? f->name : "plain") << ": " << r.message << "\n  "
+                            << spec.describe();
+        }
+      }
+}
+
 }  // namespace
 }  // namespace attn::cpu_flash::test

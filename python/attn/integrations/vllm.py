@@ -1,0 +1,76 @@
+"""attn as vLLM's attention backend on CPU.
+
+Installed with attn, a `vllm.general_plugins` entry point (`attn`) calls register() in every vLLM
+process (the engine core, workers, `vllm serve`): on vLLM's CPU platform it puts attn's backend
+(vllm_backend.AttnBackend) where vLLM's CPU platform looks up CPU_ATTN, so decoder attention
+layers run on attn's kernels, reading and writing vLLM's own KV cache tensor in place. Layers attn
+does not serve keep vLLM's CPU_ATTN kernel; vLLM's log says which layers went where and why.
+
+Off switches: ATTN_VLLM=0 in the environment, or vLLM's own VLLM_PLUGINS (a comma-separated list
+of the plugins to load; leave out "attn").
+"""
+from __future__ import annotations
+
+import os
+
+NAME = "attn"
+BACKEND_CLASS = "attn.integrations.vllm_backend.AttnBackend"
+
+
+def enabled() -> bool:
+    return os.environ.get("ATTN_VLLM", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def register() -> bool:
+    """Makes attn vLLM's CPU attention backend (once per process); False when switched off or not
+    on vLLM's CPU platform."""
+    if not enabled():
+        return False
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_CLASS)
+    _keep_canonical_cache_content()
+    from vllm.logger import init_logger
+
+    init_logger("vllm.attn").info_once("attn %s serves attention on vLLM's CPU platform (ATTN_VLLM=0 turns it off)",
+                                       _version())
+    return True
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attn")
+    except PackageNotFoundError:
+        return "(source tree)"
+
+
+_packing_adapted = False
+
+
+def _keep_canonical_cache_content() -> None:
+    """vLLM's KV transfer writes received blocks in its canonical per-token [K | V] content, then
+    CpuPlatform.pack_kv_cache reorders them into CPU_ATTN's private block layout. attn reads the
+    canonical content itself, so packing is skipped for the caches of layers attn serves (it still
+    runs for the layers left to CPU_ATTN)."""
+    global _packing_adapted
+    if _packing_adapted:
+        return
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform.pack_kv_cache.__func__
+
+    def pack_kv_cache(cls, kv_cache, indices) -> None:
+        from . import vllm_backend
+
+        if kv_cache.dim() == 4 and not vllm_backend.left_to_cpu_attn(kv_cache):
+            return
+        original(cls, kv_cache, indices)
+
+    CpuPlatform.pack_kv_cache = classmethod(pack_kv_cache)
+    _packing_adapted = True
