@@ -171,13 +171,17 @@ def _attention(q, k, v, *, causal: bool, scale: float | None = None, window: int
         batch = q.shape[0]
         if k.shape[0] != batch or v.shape[0] != batch:
             raise ValueError(f"k.shape[0]={k.shape[0]}, v.shape[0]={v.shape[0]} invalid: expected q's batch {batch}")
-        qt, kt, vt = (_tokens_major(x, layout) for x in (q, k, v))
+        qt = _tokens_major(q, layout)
+        kt = vt = None  # [B*S, H, D] K / V: a copy of non-contiguous tensors, made only if they cannot be viewed
         seq_axis = 2 if layout == "bhsd" else 1
         q_lens, kv_lens = [q.shape[seq_axis]] * batch, [k.shape[seq_axis]] * batch
     if len(q_lens) != len(kv_lens):
         raise ValueError(f"cu_seqlens_q has {len(q_lens)} sequences, cu_seqlens_k {len(kv_lens)}: expected the same")
     heads, head_size = qt.shape[1], qt.shape[2]
-    cfg = LayerConfig(num_heads=heads, num_kv_heads=kt.shape[1], head_size=head_size, head_size_v=vt.shape[2],
+    # thd [T, H, D], bhsd [B, H, S, D], bshd [B, S, H, D]
+    kv_heads = k.shape[2] if layout == "bshd" else k.shape[1]
+    head_size_v = v.shape[-1]
+    cfg = LayerConfig(num_heads=heads, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size_v,
                       dtype=_dtype_name(q), sliding_window=window or 0, logits_soft_cap=softcap or 0.0,
                       has_sink=sinks is not None, attn_type="decoder" if causal else "encoder_only")
     layer = _layer(cfg, scale, sinks, backend)
@@ -189,6 +193,7 @@ def _attention(q, k, v, *, causal: bool, scale: float | None = None, window: int
                                causal=causal)
             out = layer.forward(qt, view, md).reshape(batch, q_lens[0], heads, -1)
             return out.swapaxes(1, 2) if layout == "bhsd" else out
+        kt, vt = _tokens_major(k, layout), _tokens_major(v, layout)
     block_size = layer.block_size
     per_seq = [max(1, math.ceil(n / block_size)) for n in kv_lens]
     starts = [sum(per_seq[:i]) for i in range(len(per_seq))]

@@ -2,7 +2,9 @@
 layer's forward on vLLM's own cache tensor), against an fp32 torch reference over the same
 canonical [K | V] content: the features vLLM's CPU runner sends (windows, soft-cap, sinks, ALiBi,
 fp8 with the layer's scales, both cache layouts, prefix-cached blocks, KV sharing, non-causal
-steps), vLLM's KV-transfer packing, and malformed engine metadata ending in attn's named errors."""
+steps), in both ways attn reads the cache (vLLM's canonical content; attn's pairs blocks, filled
+from canonical content the way vLLM's KV transfer fills them: CpuPlatform.pack_kv_cache), and
+malformed engine metadata ending in attn's named errors."""
 from __future__ import annotations
 
 import math
@@ -25,6 +27,19 @@ class Layer:
     def __init__(self, k_scale=1.0, v_scale=1.0):
         self._k_scale_float, self._v_scale_float = k_scale, v_scale
         self._k_scale, self._v_scale = torch.tensor(k_scale), torch.tensor(v_scale)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugin():
+    from attn.integrations import vllm as attn_vllm
+
+    assert attn_vllm.register()
+
+
+@pytest.fixture(params=["canonical", "pairs"])
+def mode(request, monkeypatch):
+    monkeypatch.setenv("ATTN_VLLM_KV_LAYOUT", request.param)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +122,9 @@ def _run(vllm_config, *, layout=KVCacheLayout.LBHNC, kv_cache_dtype="auto", wind
             b, o = table[s][p // BS], p % BS
             store[b, :, o, :D] = (keys[s][p].float() / k_scale).to(store.dtype)
             store[b, :, o, D:] = (values[s][p].float() / v_scale).to(store.dtype)
+    from vllm.platforms.cpu import CpuPlatform
+
+    CpuPlatform.pack_kv_cache(kv, torch.tensor(blocks[:used].tolist()))  # as after a KV transfer
     if fp8:  # the reference sees what the cache holds
         keys = [(k.float() / k_scale).to(torch.float8_e4m3fn).float() * k_scale for k in keys]
         values = [(v.float() / v_scale).to(torch.float8_e4m3fn).float() * v_scale for v in values]
@@ -140,14 +158,15 @@ FEATURES = {
 
 
 @pytest.mark.parametrize("feature", list(FEATURES))
-def test_forward_matches_reference(vllm_config, feature):
+def test_forward_matches_reference(vllm_config, feature, mode):
     out, ref, _, _ = _run(vllm_config, **FEATURES[feature])
     assert torch.isfinite(out).all()
     tol = 6e-2 if feature == "fp8" else 2e-2
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
 
 
-def test_new_tokens_land_in_canonical_content(vllm_config):
+def test_new_tokens_land_in_canonical_content(vllm_config, monkeypatch):
+    monkeypatch.setenv("ATTN_VLLM_KV_LAYOUT", "canonical")
     # After the step the cache holds each new token's [K | V] row where vLLM's slot mapping says.
     seq_lens, query_lens = (40, 17), (3, 17)
     out, ref, kv, table = _run(vllm_config, seq_lens=seq_lens, query_lens=query_lens, seed=3)
@@ -161,7 +180,7 @@ def test_new_tokens_land_in_canonical_content(vllm_config):
             assert torch.equal(kv[b, :, o, :D], keys[s][p]) and torch.equal(kv[b, :, o, D:], values[s][p])
 
 
-def test_malformed_engine_metadata_named_errors(vllm_config):
+def test_malformed_engine_metadata_named_errors(vllm_config, mode):
     dtype = torch.bfloat16
     kv = _cache(KVCacheLayout.LBHNC, dtype)
     with set_current_vllm_config(vllm_config):
@@ -181,17 +200,28 @@ def test_malformed_engine_metadata_named_errors(vllm_config):
         impl.forward(Layer(), q, k, v, kv, builder.build(0, out_of_range), out)
 
 
-def test_kv_transfer_packing_keeps_canonical_content(vllm_config):
-    # vLLM's KV transfer packs received blocks for CPU_ATTN's private layout; attn's caches keep
-    # the canonical content it reads.
-    from attn.integrations import vllm as plugin
+def test_kv_transfer_packing(vllm_config, monkeypatch):
+    # vLLM's KV transfer packs received blocks for CPU_ATTN's private layout; for attn's caches the
+    # canonical content stays as it is, or becomes attn's pairs blocks (which _run's forward reads).
     from vllm.platforms.cpu import CpuPlatform
 
-    assert plugin.register()
+    monkeypatch.setenv("ATTN_VLLM_KV_LAYOUT", "canonical")
     _, _, kv, _ = _run(vllm_config, seed=5)
     before = kv.clone()
     CpuPlatform.pack_kv_cache(kv, torch.tensor([1, 2, 3]))
     assert torch.equal(kv, before)
+    monkeypatch.setenv("ATTN_VLLM_KV_LAYOUT", "pairs")
+    canon = torch.randn(NUM_BLOCKS, HKV, BS, 2 * D).bfloat16()
+    kv = canon.clone()
+    CpuPlatform.pack_kv_cache(kv, torch.tensor([2, 5]))
+    assert torch.equal(kv[3], canon[3]) and not torch.equal(kv[2], canon[2])  # only the arrived blocks change
+    pairs = vb.pairs_view(kv)
+    cache = attn.KVCache.from_dlpack(pairs, layout="HND_PAIRS")
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[BS], block_ids=[[5]], cache=cache)
+    # K of head 1, token 3, dims 0 / 1 of block 5: the pair order puts dims 2i, 2i+1 of a token together.
+    k = pairs[5, 0, 1].reshape(D // 2, BS, 2)
+    assert torch.equal(k[0, 3], canon[5, 1, 3, :2]) and torch.equal(k[1, 3], canon[5, 1, 3, 2:4])
+    assert md.num_tokens == BS
 
 
 def test_declared_capabilities_follow_attn_selector():

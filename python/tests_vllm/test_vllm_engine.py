@@ -52,7 +52,9 @@ def _prompts() -> list[list[int]]:
 def _generate(model: Path, dtype: str, use_attn: bool, tmp: Path) -> tuple[dict, str]:
     prompts, out = tmp / "prompts.json", tmp / f"out-{use_attn}.json"
     prompts.write_text(json.dumps(_prompts()))
-    env = dict(os.environ, ATTN_VLLM="1" if use_attn else "0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="INFO")
+    # fp32 caches are read in vLLM's canonical content, bf16 ones as attn's pairs blocks (the default).
+    env = dict(os.environ, ATTN_VLLM="1" if use_attn else "0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="INFO",
+               ATTN_VLLM_KV_LAYOUT="pairs")
     r = subprocess.run([sys.executable, str(HERE / "generate.py"), str(model), dtype, str(prompts), str(out)], env=env,
                        capture_output=True, text=True, timeout=900)
     log = r.stdout + r.stderr

@@ -11,6 +11,8 @@ at attn's vLLM backend on vLLM's CPU platform. The glue, and nothing else:
   config with a 128-token window, so the window cuts every case of those lengths;
 - encoder-only cases are skipped with the reason: attn leaves encoder-only layers to CPU_ATTN, so
   they would test vLLM's kernel, not attn's;
+- attn reads vLLM's canonical [K | V] content (ATTN_VLLM_KV_LAYOUT=canonical), the content these
+  tests pre-populate; its default pairs blocks are checked by attn's own tests (python/tests_vllm);
 - the `default_vllm_config` fixture of vLLM's root conftest (not copied: its imports reach far).
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ _HUB = Path(os.environ.get("ATTN_VLLM_HF_HOME", Path(tempfile.gettempdir()) / "a
 os.environ["HF_HOME"] = str(_HUB)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["ATTN_VLLM_KV_LAYOUT"] = "canonical"  # attn's own tests set the mode they check
 
 _SNAPSHOT = "0" * 40
 

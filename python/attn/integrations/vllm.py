@@ -55,9 +55,9 @@ _packing_adapted = False
 
 def _keep_canonical_cache_content() -> None:
     """vLLM's KV transfer writes received blocks in its canonical per-token [K | V] content, then
-    CpuPlatform.pack_kv_cache reorders them into CPU_ATTN's private block layout. attn reads the
-    canonical content itself, so packing is skipped for the caches of layers attn serves (it still
-    runs for the layers left to CPU_ATTN)."""
+    CpuPlatform.pack_kv_cache reorders them into CPU_ATTN's private block layout. For the caches
+    of layers attn serves it rewrites them as attn's pairs blocks instead, or leaves them as they
+    are where attn reads the canonical content (CPU_ATTN's packing still runs for its layers)."""
     global _packing_adapted
     if _packing_adapted:
         return
@@ -69,6 +69,7 @@ def _keep_canonical_cache_content() -> None:
         from . import vllm_backend
 
         if kv_cache.dim() == 4 and not vllm_backend.left_to_cpu_attn(kv_cache):
+            vllm_backend.pack_arrived_blocks(kv_cache, indices)
             return
         original(cls, kv_cache, indices)
 

@@ -2,8 +2,15 @@
 
 vLLM owns the KV cache: per layer a tensor of logical shape [num_blocks, num_kv_heads, block_size,
 2 * head_size] holding each token's [K | V] row, laid out as one of vLLM's KVCacheLayouts. attn
-reads and writes it in place (KVCache.from_views over its K and V halves, at vLLM's strides): no
-copy, and the content stays vLLM's canonical one (its KV transfer and its backend tests read it).
+reads and writes it in place, no copy, in one of two ways (ATTN_VLLM_KV_LAYOUT):
+- "pairs" (the default, for bf16 caches in block-compact layouts): each block's bytes hold attn's
+  HND_PAIRS block (K dims and V keys in pairs: what its bf16 dot-product kernels stream, about 2x
+  the row kernels' speed), as vLLM's own CPU_ATTN keeps its private block layout. vLLM's layout
+  hooks cannot declare a pair order, so like CPU_ATTN the content is not vLLM's canonical one:
+  blocks vLLM's KV transfer writes in canonical content are converted on arrival
+  (CpuPlatform.pack_kv_cache, adapted by the plugin).
+- "canonical" (other dtypes and layouts, or when asked): vLLM's canonical content read at vLLM's
+  strides (KVCache.from_views over the K and V halves); what vLLM's own backend tests check.
 
 Per step, the metadata builder keeps vLLM's CommonAttentionMetadata; the first layer that runs
 builds one attn BatchMetadata per cache geometry and one plan per layer config, shared by every
@@ -14,6 +21,7 @@ attention type attn does not take from vLLM here) run vLLM's own CPU_ATTN kernel
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -39,12 +47,67 @@ _ATTN_TYPES = (AttentionType.DECODER,)  # what this backend takes from vLLM; the
 _workspace = attn.Workspace()
 
 # Caches of the layers left to CPU_ATTN (by data pointer): vLLM's KV transfer packs those into
-# CPU_ATTN's private block layout; attn's read vLLM's canonical content as it is.
+# CPU_ATTN's private block layout; attn's are converted to its own (pairs) or left canonical.
 _cpu_attn_caches: set[int] = set()
 
 
 def left_to_cpu_attn(kv_cache: torch.Tensor) -> bool:
     return kv_cache.data_ptr() in _cpu_attn_caches
+
+
+def kv_layout_mode() -> str:
+    mode = os.environ.get("ATTN_VLLM_KV_LAYOUT", "pairs").strip().lower()
+    if mode not in ("pairs", "canonical"):
+        raise attn.Error(f"ATTN_VLLM_KV_LAYOUT={mode!r} invalid: expected 'pairs' or 'canonical'")
+    return mode
+
+
+def _block_compact(kv: torch.Tensor) -> bool:
+    """Each block's H x N x 2D elements one contiguous run, blocks back to back (any inner order)."""
+    nb, h, n, c = kv.shape
+    inner = sorted((kv.stride(d), kv.size(d)) for d in (1, 2, 3))
+    expected = 1
+    for stride, size in inner:
+        if stride != expected:
+            return False
+        expected *= size
+    return kv.stride(0) == h * n * c
+
+
+def pairs_view(kv: torch.Tensor) -> torch.Tensor | None:
+    """vLLM's bf16 cache tensor as attn's HND_PAIRS blocks [num_blocks, 2, H, N, D] over the same
+    bytes, or None where attn reads it canonically (another dtype, sizes pairs do not fit, a layout
+    whose blocks are not compact, or ATTN_VLLM_KV_LAYOUT=canonical)."""
+    if kv_layout_mode() != "pairs" or kv.dim() != 4 or kv.dtype != torch.bfloat16 or not _block_compact(kv):
+        return None
+    nb, h, n, c = kv.shape
+    d = c // 2
+    if d % 2 or n % 16:
+        return None
+    return torch.as_strided(kv, (nb, 2, h, n, d), (h * n * c, h * n * d, n * d, d, 1), kv.storage_offset())
+
+
+@functools.lru_cache(maxsize=None)
+def _writer(heads: int, head_size: int) -> attn.Attention:
+    return attn.Attention(attn.LayerConfig(num_heads=heads, num_kv_heads=heads, head_size=head_size, dtype="bfloat16"))
+
+
+def pack_arrived_blocks(kv: torch.Tensor, indices: torch.Tensor) -> bool:
+    """Blocks vLLM's KV transfer wrote in canonical [K | V] content, rewritten as attn's pairs
+    blocks in place; False when attn reads this cache canonically (nothing to do)."""
+    view = pairs_view(kv)
+    if view is None:
+        return False
+    nb, h, n, c = kv.shape
+    d = c // 2
+    blocks = [int(b) for b in torch.as_tensor(indices).flatten().tolist()]
+    canon = kv[blocks].clone()  # the logical view: vLLM's content in whichever layout it allocated
+    k = canon[..., :d].permute(0, 2, 1, 3).reshape(-1, h, d)  # [blocks * N, H, D] in block order
+    v = canon[..., d:].permute(0, 2, 1, 3).reshape(-1, h, d)
+    cache = attn.KVCache.from_dlpack(view, layout="HND_PAIRS")
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[len(blocks) * n], block_ids=[blocks], cache=cache)
+    _writer(h, d).write_kv(k, v, cache, md)
+    return True
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -274,10 +337,14 @@ class AttnImpl(AttentionImpl):
         return layer
 
     def _wrap(self, kv_cache: torch.Tensor) -> attn.KVCache:
-        """vLLM's [num_blocks, num_kv_heads, block_size, 2 * head_size] tensor as an attn cache over
-        its K and V halves (once per tensor)."""
+        """vLLM's [num_blocks, num_kv_heads, block_size, 2 * head_size] tensor as an attn cache: its
+        bytes as pairs blocks, or its K and V halves at vLLM's strides (once per tensor)."""
         key = (kv_cache.data_ptr(), tuple(kv_cache.shape), tuple(kv_cache.stride()), kv_cache.dtype)
         if key != self._cache_key:
+            pairs = pairs_view(kv_cache) if self._layer(True).kv_cache_layout == "HND_PAIRS" else None
+            if pairs is not None:
+                self._cache, self._cache_key, self._scales = attn.KVCache.from_dlpack(pairs, layout="HND_PAIRS"), key, None
+                return self._cache
             kv = kv_cache
             storage = _FP8_STORAGE.get(self._fields["kv_cache_dtype"])
             if storage is not None and kv.dtype != storage:
