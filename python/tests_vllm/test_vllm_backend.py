@@ -110,10 +110,8 @@ def _run(vllm_config, *, layout=KVCacheLayout.LBHNC, kv_cache_dtype="auto", wind
         table.append(blocks[used:used + nb].tolist())
         used += nb
     dtype = torch.bfloat16
-    kv = _cache(layout, dtype)
     fp8 = kv_cache_dtype != "auto"
-    if fp8:
-        kv = _cache(layout, torch.uint8)  # vLLM allocates fp8 caches as bytes
+    kv = _cache(layout, torch.uint8 if fp8 else dtype)  # vLLM allocates fp8 caches as bytes
     keys = [torch.randn(n, HKV, D, generator=g).to(dtype) for n in seq_lens]
     values = [torch.randn(n, HKV, D, generator=g).to(dtype) for n in seq_lens]
     store = kv.view(torch.float8_e4m3fn) if fp8 else kv

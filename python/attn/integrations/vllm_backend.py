@@ -305,7 +305,7 @@ class AttnImpl(AttentionImpl):
                             sliding_window=sliding_window or 0, logits_soft_cap=logits_soft_cap or 0.0,
                             has_sink=sinks is not None, use_alibi=alibi_slopes is not None)
         self.backend, self.why = self._choose()
-        self._layers: dict[bool, attn.Attention] = {}  # by causal flag
+        self._layers: dict[bool, tuple[attn.Attention, tuple]] = {}  # by causal flag: the layer, its plan key
         self._cache_key = None
         self._cache: attn.KVCache | None = None
         self._scales = None
@@ -327,14 +327,19 @@ class AttnImpl(AttentionImpl):
         return _serving_backend(cfg)
 
     def _layer(self, causal: bool) -> attn.Attention:
-        layer = self._layers.get(causal)
-        if layer is None:
+        return self._served(causal)[0]
+
+    def _served(self, causal: bool) -> tuple[attn.Attention, tuple]:
+        """The attn layer for this causality and the key layers sharing a step's plan have in common
+        (made once: every forward looks it up)."""
+        served = self._layers.get(causal)
+        if served is None:
             cfg = attn.LayerConfig(**self._fields, use_non_causal=not causal)
             sinks = None if self.sinks is None else self.sinks.detach().float().tolist()  # loaded weights by now
-            layer = self._layers[causal] = attn.Attention(cfg, scale=self.scale, sinks=sinks,
-                                                          alibi_slopes=self.alibi_slopes,
-                                                          num_threads=torch.get_num_threads())
-        return layer
+            layer = attn.Attention(cfg, scale=self.scale, sinks=sinks, alibi_slopes=self.alibi_slopes,
+                                   num_threads=torch.get_num_threads())
+            served = self._layers[causal] = (layer, (layer.config, layer.backend))
+        return served
 
     def _wrap(self, kv_cache: torch.Tensor) -> attn.KVCache:
         """vLLM's [num_blocks, num_kv_heads, block_size, 2 * head_size] tensor as an attn cache: its
@@ -373,8 +378,8 @@ class AttnImpl(AttentionImpl):
             if scales != self._scales:
                 cache.set_scales(*scales)
                 self._scales = scales
-        attn_layer = self._layer(md.causal)
-        plan = md.plan((attn_layer.config, attn_layer.backend), attn_layer, cache)
+        attn_layer, plan_key = self._served(md.causal)
+        plan = md.plan(plan_key, attn_layer, cache)
         write = key is not None and value is not None and self.kv_sharing_target_layer_name is None
         out = output[:n].view(n, self.num_heads, -1)
         attn_layer.run(plan, query[:n], cache, out=out, k=key[:n] if write else None, v=value[:n] if write else None,
