@@ -1,21 +1,32 @@
-# The backend folders of this build: src/backends/<folder>, minus ATTN_SKIP_BACKENDS and minus
-# every folder that needs a skipped one. A folder declares what it needs in its backend.cmake:
-#   set(ATTN_BACKEND_REQUIRES cpu_mla)   # folders whose code this folder's code uses
+# The backend folders of this build: src/backends/<folder>, minus ATTN_SKIP_BACKENDS.
+# A folder registers the backend (or mixer) of its own name: the registration lists
+# (src/backends/builtin_list.inc, src/mamba/mixer_list.inc) hold one line per registered name,
+# and every line must name what a folder registers. A folder that registers something else, or
+# several things, says so in its backend.cmake:
+#   set(ATTN_BACKEND_REGISTERS name_a name_b)   # what this folder's descriptors are called
+# Mistakes stop the configure with a message naming the folder and the list: a list line no
+# folder registers, or a folder that no list line registers. (Nothing here reads the C++ text: a
+# listed name whose <name>_descriptor() is missing fails the link, by name.)
 # ATTN_SKIP_BACKENDS names folders, or single backends (a line of builtin_list.inc or
 # mixer_list.inc) whose registration is dropped while their folder is still built.
 # Sets ATTN_BUILT_BACKEND_DIRS (folder names), ATTN_BACKEND_SOURCES, ATTN_BACKEND_TEST_SOURCES,
 # ATTN_MODULE_DIRS, and generates the registration lists of the backends built.
 file(GLOB ATTN_BACKEND_DIRS LIST_DIRECTORIES true CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/*)
 set(ATTN_ALL_BACKEND_DIRS)
+set(ATTN_DECLARED_NAMES)   # every name some folder registers
 foreach(dir IN LISTS ATTN_BACKEND_DIRS)
   if(NOT IS_DIRECTORY ${dir})
     continue()   # the registry sources beside the folders
   endif()
   get_filename_component(name ${dir} NAME)
   list(APPEND ATTN_ALL_BACKEND_DIRS ${name})
-  unset(ATTN_BACKEND_REQUIRES)
+  set(ATTN_BACKEND_REGISTERS ${name})
   include(${dir}/backend.cmake OPTIONAL)
-  set(ATTN_REQUIRES_${name} ${ATTN_BACKEND_REQUIRES})
+  set(ATTN_REGISTERS_${name} ${ATTN_BACKEND_REGISTERS})
+  foreach(r IN LISTS ATTN_BACKEND_REGISTERS)
+    set(ATTN_FOLDER_OF_${r} ${name})
+  endforeach()
+  list(APPEND ATTN_DECLARED_NAMES ${ATTN_BACKEND_REGISTERS})
 endforeach()
 
 # name → list file it is registered in, from the two registration lists.
@@ -27,10 +38,26 @@ foreach(entry IN LISTS ATTN_REGISTRATION_LISTS)
   list(GET entry 1 macro)
   file(STRINGS ${PROJECT_SOURCE_DIR}/src/${list_file} lines REGEX "^${macro}\\(")
   foreach(line IN LISTS lines)
-    string(REGEX REPLACE "^${macro}\\(([a-z0-9_]+)\\).*" "\\1" name "${line}")
+    if(NOT line MATCHES "^${macro}\\(([a-z0-9_]+)\\)")
+      message(FATAL_ERROR "src/${list_file}: line '${line}' invalid: expected ${macro}(<name>) with a lower-case name")
+    endif()
+    set(name ${CMAKE_MATCH_1})
+    if(NOT name IN_LIST ATTN_DECLARED_NAMES)
+      string(REPLACE ";" ", " folders "${ATTN_ALL_BACKEND_DIRS}")
+      message(FATAL_ERROR "src/${list_file}: ${macro}(${name}) names no backend folder: expected a folder "
+                          "src/backends/${name}, or a folder whose backend.cmake sets ATTN_BACKEND_REGISTERS to "
+                          "include ${name} (folders: ${folders})")
+    endif()
     list(APPEND ATTN_REGISTERED_NAMES ${name})
   endforeach()
   set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${list_file})
+endforeach()
+foreach(name IN LISTS ATTN_DECLARED_NAMES)
+  if(NOT name IN_LIST ATTN_REGISTERED_NAMES)
+    message(FATAL_ERROR "backend folder src/backends/${ATTN_FOLDER_OF_${name}} registers '${name}', but no registration "
+                        "list has its line: add ATTN_BACKEND(${name}) to src/backends/builtin_list.inc (a backend) or "
+                        "ATTN_MIXER(${name}) to src/mamba/mixer_list.inc (a mixer)")
+  endif()
 endforeach()
 foreach(name IN LISTS ATTN_SKIP_BACKENDS)
   if(NOT name IN_LIST ATTN_ALL_BACKEND_DIRS AND NOT name IN_LIST ATTN_REGISTERED_NAMES)
@@ -39,36 +66,18 @@ foreach(name IN LISTS ATTN_SKIP_BACKENDS)
   endif()
 endforeach()
 
-# Skip, until nothing changes, every folder that requires a skipped (or absent) folder.
 set(ATTN_SKIPPED_DIRS)
 foreach(name IN LISTS ATTN_SKIP_BACKENDS)
   if(name IN_LIST ATTN_ALL_BACKEND_DIRS)
     list(APPEND ATTN_SKIPPED_DIRS ${name})
   endif()
 endforeach()
-set(changed TRUE)
-while(changed)
-  set(changed FALSE)
-  foreach(name IN LISTS ATTN_ALL_BACKEND_DIRS)
-    if(name IN_LIST ATTN_SKIPPED_DIRS)
-      continue()
-    endif()
-    foreach(needed IN LISTS ATTN_REQUIRES_${name})
-      if(NOT needed IN_LIST ATTN_ALL_BACKEND_DIRS OR needed IN_LIST ATTN_SKIPPED_DIRS)
-        message(STATUS "attn: backend folder ${name} skipped: it requires ${needed}, which is not built")
-        list(APPEND ATTN_SKIPPED_DIRS ${name})
-        set(changed TRUE)
-        break()
-      endif()
-    endforeach()
-  endforeach()
-endwhile()
 
 set(ATTN_BUILT_BACKEND_DIRS)
 set(ATTN_BACKEND_SOURCES ${PROJECT_SOURCE_DIR}/src/backends/registry.cpp)
 set(ATTN_BACKEND_TEST_SOURCES)
 set(ATTN_MODULE_DIRS)
-set(ATTN_DEFINED_BACKENDS)   # names whose <name>_descriptor() / <name>_mixer_descriptor() is built
+set(ATTN_DEFINED_BACKENDS)   # names the built folders register
 foreach(name IN LISTS ATTN_ALL_BACKEND_DIRS)
   if(name IN_LIST ATTN_SKIPPED_DIRS)
     continue()
@@ -81,14 +90,7 @@ foreach(name IN LISTS ATTN_ALL_BACKEND_DIRS)
   else()
     list(APPEND ATTN_BACKEND_SOURCES ${srcs})
   endif()
-  foreach(src IN LISTS srcs)
-    file(STRINGS ${src} defs REGEX "Descriptor [a-z0-9_]+_descriptor\\(\\) {")
-    foreach(def IN LISTS defs)
-      string(REGEX REPLACE ".*Descriptor ([a-z0-9_]+)_descriptor\\(\\) {.*" "\\1" def "${def}")
-      string(REGEX REPLACE "_mixer$" "" def "${def}")
-      list(APPEND ATTN_DEFINED_BACKENDS ${def})
-    endforeach()
-  endforeach()
+  list(APPEND ATTN_DEFINED_BACKENDS ${ATTN_REGISTERS_${name}})
   file(GLOB tsrcs CONFIGURE_DEPENDS ${dir}/tests/*.cpp)
   list(APPEND ATTN_BACKEND_TEST_SOURCES ${tsrcs})
 endforeach()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import operator
 import threading
 
 from ._core import Attention, BatchMetadata, Error, KVCache, LayerConfig
@@ -52,7 +53,12 @@ def _tokens_major(x, layout: str):
 def _lengths(cu_seqlens, total: int, arg: str) -> list[int]:
     if cu_seqlens is None:
         return [total]
-    cu = [int(c) for c in (cu_seqlens.tolist() if hasattr(cu_seqlens, "tolist") else cu_seqlens)]
+    values = cu_seqlens.tolist() if hasattr(cu_seqlens, "tolist") else list(cu_seqlens)
+    try:  # operator.index: integers only (int() would truncate a float offset silently)
+        cu = [operator.index(c) for c in values]
+    except TypeError:
+        raise TypeError(f"{arg}={values!r} invalid: expected integer offsets (an int32 / int64 array or a list of "
+                        "ints)") from None
     if not cu or cu[0] != 0 or cu[-1] != total or any(b < a for a, b in zip(cu, cu[1:])):
         raise ValueError(f"{arg}={cu} invalid: expected non-decreasing offsets from 0 to {total} (the token count)")
     return [b - a for a, b in zip(cu, cu[1:])]

@@ -33,6 +33,8 @@ Platform platform_from_py(nb::handle h);
 std::string describe_dtype(nb::handle array);
 /// str(h) (PyObject_Str), for messages.
 std::string text_of(nb::handle h);
+/// `h` as a str; anything else is a TypeError naming `arg` (nb::cast would raise std::bad_cast).
+std::string str_from_py(nb::handle h, const char* arg);
 /// `json.loads(text)`: how every to_dict() is built from the core's JSON rendering.
 nb::object json_loads(const std::string& text);
 

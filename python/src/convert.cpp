@@ -27,6 +27,12 @@ std::string text_of(nb::handle h) {
   return nb::cast<std::string>(s);
 }
 
+std::string str_from_py(nb::handle h, const char* arg) {
+  if (!nb::isinstance<nb::str>(h))
+    throw nb::type_error((std::string(arg) + "=" + text_of(nb::repr(h)) + " invalid: expected a str or None").c_str());
+  return nb::cast<std::string>(h);
+}
+
 nb::object json_loads(const std::string& text) { return nb::module_::import_("json").attr("loads")(text); }
 
 DType dtype_from_py(nb::handle h) {

@@ -265,7 +265,7 @@ void bind_layer(nb::module_& m) {
            [](Attention* self, const LayerConfig& config, nb::handle backend, nb::handle scale, nb::handle sinks,
               nb::handle alibi_slopes, int num_threads, nb::handle w_uk, nb::handle w_uv) {
              SelectOptions o;
-             if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
+             if (!backend.is_none()) o.backend = str_from_py(backend, "backend");
              LayerParams p;
              p.config = config;
              p.scale = scale_from_py(scale);

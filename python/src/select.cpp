@@ -11,9 +11,11 @@ namespace {
 
 SelectOptions select_options(nb::handle backend, nb::handle platform, nb::handle per_kind) {
   SelectOptions o;
-  if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
+  if (!backend.is_none()) o.backend = str_from_py(backend, "backend");
   if (!platform.is_none()) o.platform = platform_from_py(platform);
-  if (!per_kind.is_none()) o.per_kind = nb::cast<std::map<std::string, std::string>>(per_kind);
+  if (!per_kind.is_none() && !nb::try_cast(per_kind, o.per_kind))
+    throw nb::type_error(("per_kind=" + text_of(nb::repr(per_kind)) +
+                          " invalid: expected a dict of layer kind (str) to backend name (str)").c_str());
   return o;
 }
 
@@ -88,7 +90,7 @@ void bind_select(nb::module_& m) {
       "select_mamba",
       [](const std::string& mixer_type, nb::handle backend, nb::handle platform) {
         MambaSelectOptions o;
-        if (!backend.is_none()) o.backend = nb::cast<std::string>(backend);
+        if (!backend.is_none()) o.backend = str_from_py(backend, "backend");
         if (!platform.is_none()) o.platform = platform_from_py(platform);
         return select_mamba(parse_mamba_type(mixer_type), o);
       },

@@ -64,6 +64,9 @@ def test_dense_errors():
         attn.attention(q, q[0], q)
     with pytest.raises(ValueError, match=r"cu_seqlens_q=\[0, 5\] invalid: expected non-decreasing offsets from 0 to 4"):
         attn.attention(q[0], q[0], q[0], layout="thd", cu_seqlens_q=[0, 5])
+    # A float offset is refused, not truncated (3.7 would silently become 3).
+    with pytest.raises(TypeError, match=r"cu_seqlens_q=\[0.0, 3.7, 4.0\] invalid: expected integer offsets"):
+        attn.attention(q[0], q[0], q[0], layout="thd", cu_seqlens_q=np.array([0, 3.7, 4]))
     with pytest.raises(attn.Error, match="scale=0.0 invalid"):
         attn.attention(q, q, q, scale=0.0)
 

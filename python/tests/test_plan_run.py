@@ -87,6 +87,11 @@ def test_a_workspace_serves_one_run_at_a_time():
     assert ws.nbytes == 0 and repr(ws) == "Workspace(0 bytes)"
     ws.reserve(1000)
     assert ws.nbytes >= 1000
+    # Sizes near 2^64 used to wrap to a 0-byte workspace in the page rounding.
+    with pytest.raises(attn.Error, match="workspace bytes=16.0 EiB invalid: expected at most"):
+        attn.Workspace(2**64 - 1)
+    with pytest.raises(attn.Error, match="workspace bytes="):
+        ws.reserve(2**64 - 2)
     b = shared_table_batches(1)[0]
     plan = b.layer.plan(b.md, b.cache)
     np.testing.assert_array_equal(b.layer.run(plan, b.q, b.cache, workspace=ws), b.layer.forward(b.q, b.cache, b.md))

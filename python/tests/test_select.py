@@ -173,3 +173,19 @@ def test_select_mamba_and_mixer_plans():
         attn.select_mamba("mamba3")
     p = attn.plan("mamba-130m")
     assert p.layers and all(l.kind == "mixer" and l.mixer == "mamba1" for l in p.layers)
+
+
+def test_wrongly_typed_backend_and_per_kind_are_type_errors_naming_them():
+    cfg = attn.LayerConfig(**LLAMA)
+    with pytest.raises(TypeError, match="backend=5 invalid: expected a str or None"):
+        attn.Attention(cfg, 5)
+    with pytest.raises(TypeError, match="backend=5 invalid"):
+        attn.select(cfg, backend=5)
+    with pytest.raises(TypeError, match="per_kind=.* invalid: expected a dict"):
+        attn.select(cfg, per_kind={"decoder": 3})
+
+
+def test_error_is_a_value_error():
+    assert issubclass(attn.Error, ValueError)
+    with pytest.raises(ValueError, match="nonexistent"):
+        attn.select(attn.LayerConfig(**LLAMA), backend="nonexistent")

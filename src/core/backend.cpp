@@ -26,6 +26,9 @@ void LayerParams::validate() const {
   if (config.use_alibi) {
     require(alibi_slopes.empty() || int(alibi_slopes.size()) == config.num_heads, "alibi_slopes.size()", alibi_slopes.size(),
             "0 (standard slopes) or num_heads = " + std::to_string(config.num_heads));
+    // A NaN slope would make every score of its head NaN on one backend and be skipped on another.
+    for (std::size_t i = 0; i < alibi_slopes.size(); ++i)
+      require(std::isfinite(alibi_slopes[i]), "alibi_slopes[" + std::to_string(i) + "]", alibi_slopes[i], "a finite slope");
   } else {
     require(alibi_slopes.empty(), "alibi_slopes.size()", alibi_slopes.size(), "0 (use_alibi=false)");
   }

@@ -1,8 +1,11 @@
 #include "attn/limits.hpp"
 
 #include "attn/checked.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn {
+
+int team_size(int requested) { return cpu::team_size(requested); }
 
 int32_t check_threads(const std::string& name, int64_t value) {
   return check_range32(name, value, 0, limits::kMaxThreads, "0 = all cores; at most attn's thread limit");

@@ -1,9 +1,20 @@
 #include "attn/step.hpp"
 
+#include <limits>
+
+#include "attn/error.hpp"
+#include "attn/limits.hpp"
+
 namespace attn {
 
 void Workspace::reserve(std::size_t bytes) {
   if (bytes <= this->bytes()) return;
+  // Checked before the page rounding below, which would wrap a size near 2^64 to 0 bytes; host
+  // scratch against the memory budget, device scratch against what the rounding can hold.
+  if (allocator_)
+    require(bytes <= std::numeric_limits<std::size_t>::max() - 4095, "workspace bytes", bytes, "a size below 2^64 - 4096");
+  else
+    check_memory("workspace bytes", bytes, memory_budget(), "scratch for one run: StepPlan::workspace_bytes()");
   // Rounded up to whole pages so a slowly growing step does not reallocate every time.
   const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
   if (allocator_) {

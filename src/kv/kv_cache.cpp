@@ -294,7 +294,10 @@ void KVCache::set_scales(const std::vector<float>& k, const std::vector<float>& 
     require(s.size() == 1 || spec_.per_head_scales, std::string(arg) + ".size()", s.size(),
             "1: this cache was created without per-head scales");
     for (std::size_t i = 0; i < s.size(); ++i)
-      require(std::isfinite(s[i]) && s[i] > 0.0f, std::string(arg) + "[" + std::to_string(i) + "]", s[i], "a finite scale > 0");
+      // Values are stored as value / scale: below the smallest normal float, 1 / scale is inf and
+      // every stored value saturates.
+      require(std::isfinite(s[i]) && s[i] >= std::numeric_limits<float>::min(), std::string(arg) + "[" + std::to_string(i) + "]",
+              s[i], "a finite scale >= 1.17549e-38 (the smallest normal float)");
   };
   check(k, "k_scale");
   check(v, "v_scale");

@@ -146,6 +146,19 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
   ATTN_REQUIRE(int64_t(slot_mapping.size()) == num_tokens || slot_mapping.empty(), "metadata.slot_mapping.size()",
           slot_mapping.size(), "num_tokens = " + std::to_string(num_tokens) + " (or empty)");
   check_slot_mapping(slot_mapping, int64_t(num_blocks) * block_size);
+  // Each new token's slot is where the block table puts its position: a slot elsewhere would be
+  // written and never read, while the kernels read a slot nobody wrote. -1 skips a token.
+  for (int s = 0; s < int(slot_mapping.empty() ? 0 : num_seqs); ++s) {
+    const int32_t ctx = context_len(s);
+    for (int32_t i = 0; i < query_len(s); ++i) {
+      const int64_t t = query_start_loc[s] + i, pos = int64_t(ctx) + i;
+      const int64_t want = int64_t(blocks(s)[pos / block_size]) * block_size + pos % block_size;
+      ATTN_REQUIRE(slot_mapping[std::size_t(t)] == -1 || slot_mapping[std::size_t(t)] == want,
+                   "metadata.slot_mapping[" + std::to_string(t) + "]", slot_mapping[std::size_t(t)],
+                   "-1 (skip) or " + std::to_string(want) + ", the slot block_table gives position " + std::to_string(pos) +
+                       " of sequence " + std::to_string(s));
+    }
+  }
 }
 
 void check_slot_mapping(const std::vector<int64_t>& slot_mapping, int64_t num_slots) {

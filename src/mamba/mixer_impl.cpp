@@ -1,5 +1,4 @@
 // MixerImpl base: ISA choice and the checks every backend shares (the conv is in mixer_conv.cpp).
-#include <omp.h>
 
 #include <vector>
 
@@ -18,7 +17,6 @@ std::string chosen_isa(const Platform& p) {
 
 std::string descriptor_variant(const Platform& p) { return chosen_isa(p); }
 
-int omp_threads() { return omp_get_max_threads(); }
 
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents) {
   // Runs per layer per step: no string is built unless a check fails.

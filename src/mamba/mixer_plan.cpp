@@ -63,7 +63,7 @@ std::shared_ptr<const MixerPlan> MixerImpl::plan(const MixerBatch& md, int32_t n
   p->backend = backend_;
   p->config = c;
   p->chunk_size = c.has_chunked_form() ? params_.chunk_size : 0;
-  p->threads = params_.num_threads > 0 ? params_.num_threads : mixer::omp_threads();
+  p->threads = cpu::team_size(params_.num_threads);
   p->num_slots = num_slots;
   p->batch = md;
   p->head_block = plan_head_block(md.num_seqs, p->threads);

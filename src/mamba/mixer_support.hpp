@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attn/mamba.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn::mixer {
 
@@ -72,13 +73,11 @@ std::string chosen_isa(const Platform& p);
 /// float32, contiguous, exact extents; `name` is the argument named in the error.
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents);
 
-int omp_threads();
-
 /// Runs task(i) for i in [0, n) over OpenMP threads (dynamic: sequences differ in length).
 template <typename F>
 void parallel_tasks(int64_t n, int num_threads, F&& task) {
   if (n <= 0) return;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads > 0 ? num_threads : omp_threads())
+#pragma omp parallel for schedule(dynamic, 1) num_threads(cpu::team_size(num_threads))
   for (int64_t i = 0; i < n; ++i) task(i);
 }
 
@@ -129,7 +128,7 @@ void scan_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t heads
 /// `cap` and still leaves every thread about four of the `seq_heads` (sequences × heads) / block
 /// tasks, for dynamic balancing.
 inline int64_t shared_head_block(int64_t group, int64_t cap, int64_t seq_heads, int threads) {
-  const int64_t t = threads > 0 ? threads : omp_threads();
+  const int64_t t = cpu::team_size(threads);
   const int64_t want = std::clamp<int64_t>(seq_heads / (4 * t), 1, cap);
   int64_t best = 1;
   for (int64_t b = 1; b <= want; ++b)

@@ -52,8 +52,12 @@ class ConfigReader {
 
   /// `x` (computed from `field`) as a float; values a float cannot hold are an error here,
   /// because converting them is undefined behaviour.
+  /// `x` as a float; refuses values past float's range and non-zero values that would round to 0
+  /// or a subnormal: 0 is the "unset" sentinel of scales and soft caps (1e-320 would mean "no cap").
   float to_float(const std::string& field, double x) const {
     if (!(std::fabs(x) <= double(std::numeric_limits<float>::max()))) fail(field, shown(x), "a value a float can hold");
+    if (x != 0 && std::fabs(x) < double(std::numeric_limits<float>::min()))
+      fail(field, shown(x), "0 or a magnitude >= 1.17549e-38 (a normal float)");
     return float(x);
   }
 

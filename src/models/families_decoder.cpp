@@ -3,6 +3,7 @@
 // window), Phi-3-small (block-sparse with periodic dense layers), and BERT-like encoders.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "models/families.hpp"
 #include "models/layer_types.hpp"
@@ -26,7 +27,11 @@ float query_pre_attn_scale(const ConfigReader& cfg) {
   if (!cfg.has("query_pre_attn_scalar")) return 0.0f;
   double s = cfg.number("query_pre_attn_scalar");
   if (!(s > 0)) cfg.fail("query_pre_attn_scalar", ConfigReader::shown(s), "> 0");
-  return cfg.to_float("query_pre_attn_scalar", 1.0 / std::sqrt(s));
+  // The scale is s^-1/2: s past ~1e76 gives a scale no float holds (0 would mean "the default").
+  const double scale = 1.0 / std::sqrt(s);
+  if (!(scale >= double(std::numeric_limits<float>::min()) && scale <= double(std::numeric_limits<float>::max())))
+    cfg.fail("query_pre_attn_scalar", ConfigReader::shown(s), "a value in [8.7e-77, 7.2e75] (its scale 1/sqrt(value) must be a normal float)");
+  return float(scale);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "core/log.hpp"
 #include "select/measured.hpp"
 #include "tune/workload.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn {
 namespace {
@@ -155,7 +156,7 @@ TuningFile tune(const std::vector<LayerConfig>& configs, const TuneOptions& o) {
   file.attn_version = version();
   file.fingerprint = tuning_fingerprint(p);
   file.platform = p.to_string();
-  file.threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  file.threads = cpu::team_size(o.threads);
   file.decode_shape = shape_text(shapes[0]);
   file.prefill_shape = shape_text(shapes[1]);
 

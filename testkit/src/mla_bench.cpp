@@ -13,6 +13,7 @@
 #include <random>
 
 #include "attn/attn.hpp"
+#include "attn/limits.hpp"
 #include "kernels/latent/mla_kernel.hpp"
 #include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
@@ -167,7 +168,7 @@ std::vector<BenchFigure> mla_bench_figures(bool quick, double dram_gbps, int thr
     dec.context = quick ? 4096 : 8192;
     dec.threads = threads;
     Bench bench(dec);
-    const int used = threads > 0 ? threads : omp_get_max_threads();
+    const int used = attn::team_size(threads);
     const mla::Isa isa = mla::chosen_isa(detect_cpu());
     // Ceiling samples around the timed calls, so both see the same machine load.
     const double peak0 = mla::product_peak_gflops(isa, used, 3);

@@ -126,3 +126,21 @@ TEST(CliLimits, MlaDimsNearIntMaxNameTheDim) {
 }
 
 }  // namespace
+
+TEST(CliLimits, ParseErrorsExitOneWithErrorPrefix) {
+  // CLI11 would exit 104 (unknown option), 105 (bad conversion), 106 (argument mismatch) with
+  // its own text; attn reports them as every other error.
+  for (const char* args : {"plan --no-such-flag", "run --threads many", "bench --rounds 0", "frobnicate"}) {
+    const CliResult r = attn_cli(args);
+    EXPECT_EQ(r.rc, 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << args << "\n" << r.err;
+  }
+  EXPECT_EQ(attn_cli("--help").rc, 0);
+  EXPECT_EQ(attn_cli("plan --help").rc, 0);
+}
+
+TEST(CliLimits, OversizedOpenMpDefaultIsClamped) {
+  // OMP_NUM_THREADS beyond what the runtime can start crashed every parallel region.
+  const CliResult r = run_on(tiny_llama(), "run", "", "OMP_NUM_THREADS=100000");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}

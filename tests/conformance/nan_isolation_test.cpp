@@ -168,6 +168,16 @@ std::vector<Scenario> scenarios(const LayerConfig& base) {
   out.push_back(window);
   Scenario unused{"unused slots of the last block", base, {{0, 37}, {21, 5}, {50, 1}}, 16, nullptr, true};
   out.push_back(unused);
+  // Rows that see nothing but NaN: the running max never becomes finite, and a kernel that
+  // treats that like a fully masked row writes 0 where the oracle gives NaN. Sequence 1 takes
+  // the prefill path, sequence 2 (one query) the decode path.
+  Scenario all_nan{"every key of a sequence", base, seqs, 16, [](int s, int len, int) {
+                     std::vector<int> all;
+                     if (s == 1 || s == 2)
+                       for (int t = 0; t < len; ++t) all.push_back(t);
+                     return all;
+                   }};
+  out.push_back(all_nan);
   return out;
 }
 
@@ -298,7 +308,55 @@ void run_all(const std::string& backend, bool visible_nan) {
   if (fails.size() > 8) ADD_FAILURE() << backend << ": " << fails.size() - 8 << " more";
 }
 
+// A NaN query row: its scores are all NaN, so its output must be NaN (as the oracle's), and no
+// other row — not even the other heads of its KV group, which share the tile — may change.
+void run_nan_query(const std::string& backend) {
+  auto d = Registry::instance().find(backend);
+  ASSERT_TRUE(d);
+  if (d->caps.mla) GTEST_SKIP() << backend << ": MLA queries are covered by its own suite";
+  std::string why;
+  if (!Registry::instance().ensure_module(*d, why)) GTEST_SKIP() << backend << ": " << why;
+  int ran = 0;
+  for (auto [io, kv] : {std::pair{DType::bfloat16, KVCacheDType::auto_}, std::pair{DType::float32, KVCacheDType::auto_},
+                        std::pair{DType::bfloat16, KVCacheDType::fp8_e4m3}}) {
+    CaseSpec spec;
+    spec.config = d->caps.block_sparse ? blocksparse_layer(io, kv) : dense_layer(io, kv);
+    if (!evaluate(*d, spec.config, detect_cpu()).valid) continue;
+    ++ran;
+    spec.seqs = {{0, 40}, {20, 30}, {9, 1}, {70, 5}};
+    spec.seed = fresh_seed();
+    Case c = make_case(spec, backend);
+    run_forward(c);
+    const std::vector<char> clean(static_cast<const char*>(c.out.data()), static_cast<const char*>(c.out.data()) + c.out.bytes());
+    const int H = spec.config.num_heads, D = spec.config.head_size, Dv = spec.config.effective_head_size_v();
+    const int head = 3;
+    // The first query row of sequence 1 (prefill) and sequence 2's only row (decode).
+    const std::vector<int64_t> tokens = {c.md.query_start_loc[1], c.md.query_start_loc[2]};
+    for (int64_t t : tokens)
+      for (int x = 0; x < D; ++x) store_from_float(c.q.data(), io, (t * H + head) * D + x, std::nanf(""));
+    run_forward(c);
+    for (int64_t t = 0; t < c.md.num_tokens; ++t)
+      for (int h = 0; h < H; ++h) {
+        const bool poisoned = h == head && std::find(tokens.begin(), tokens.end(), t) != tokens.end();
+        for (int x = 0; x < Dv; ++x) {
+          const int64_t i = (t * H + h) * Dv + x;
+          const float got = load_as_float(c.out.data(), c.out.dtype(), i), was = load_as_float(clean.data(), c.out.dtype(), i);
+          if (poisoned ? !std::isnan(got) : std::memcmp(&got, &was, sizeof got) != 0) {
+            ADD_FAILURE() << backend << " " << to_string(io) << "/" << to_string(kv) << ": token " << t << " head " << h
+                          << " element " << x << " = " << got << (poisoned ? " (its query is NaN: expected NaN)"
+                                                                          : " changed (was " + std::to_string(was) + ")")
+                          << "\n    " << spec.describe();
+            return;
+          }
+        }
+      }
+  }
+  if (ran == 0) GTEST_SKIP() << backend << " serves none of the NaN-query layers here";
+}
+
 class NanIsolation : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NanIsolation, NanQueryRowIsNanAndAlone) { run_nan_query(GetParam()); }
 
 TEST_P(NanIsolation, MaskedNanAndInfNeverReachTheOutput) { run_all(GetParam(), false); }
 TEST_P(NanIsolation, VisibleNanReachesTheOutput) { run_all(GetParam(), true); }
@@ -313,6 +371,7 @@ TEST(NanIsolationCpuFlashBuilds, EveryKernelBuild) {
   for_each_cpu_isa(family_isas_here({cpu::Isa::avx512, cpu::Isa::avx2, cpu::Isa::generic}), [](cpu::Isa) {
     run_all("cpu_flash", false);
     run_all("cpu_flash", true);
+    run_nan_query("cpu_flash");
   });
 }
 

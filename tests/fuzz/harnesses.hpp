@@ -17,6 +17,9 @@ int metadata_forward(const uint8_t* data, std::size_t size);
 int names(const uint8_t* data, std::size_t size);
 /// Bytes → KVCacheSpec / KVCache / Buffer with fuzzed dims, LayerConfig::validate.
 int constructors(const uint8_t* data, std::size_t size);
+/// Bytes → a small random layer and step → cpu_flash and the reference backend on caches of
+/// random bytes, with planted NaN in q, K or V: outputs agree (NaN rows, tolerance).
+int differential(const uint8_t* data, std::size_t size);
 
 struct Harness {
   const char* name;  // also the folder of its seeds (corpus/<name>) and crash inputs (regressions/<name>)
@@ -27,6 +30,7 @@ inline constexpr Harness kHarnesses[] = {
     {"metadata_forward", metadata_forward},
     {"names", names},
     {"constructors", constructors},
+    {"differential", differential},
 };
 
 /// Largest buffer a harness asks for: sizes beyond it are legal but would only test the

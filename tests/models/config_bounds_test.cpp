@@ -160,3 +160,28 @@ TEST(ConfigBounds, PreviewNeverPrintsMoreThanAShortLine) {
 }
 
 }  // namespace
+
+namespace {
+
+json gemma2() {
+  std::ifstream in(std::string(ATTN_SOURCE_DIR) + "/models/gemma-2-9b.json");
+  return json::parse(in);
+}
+
+TEST(ConfigBounds, GemmaScaleAndSoftCapDoNotUnderflowToTheirUnsetSentinels) {
+  // 1e300 gave a scale of 1e-150, 0 as a float: "the default scale"; a soft cap of 1e-320 gave
+  // 0: "no cap". Both are refused, naming the field.
+  auto cfg = gemma2();
+  cfg["query_pre_attn_scalar"] = 1e300;
+  EXPECT_TRUE(throws_error([&] { attn::parse_model_config(cfg.dump(), "g"); },
+                           {"model 'g'", "query_pre_attn_scalar", "1e+300", "normal float"}));
+  cfg = gemma2();
+  cfg["attn_logit_softcapping"] = 1e-320;
+  EXPECT_TRUE(throws_error([&] { attn::parse_model_config(cfg.dump(), "g"); },
+                           {"model 'g'", "attn_logit_softcapping", "normal float"}));
+  cfg = gemma2();
+  cfg["attn_logit_softcapping"] = 0.0;  // 0 stays "no cap"
+  EXPECT_NO_THROW(attn::parse_model_config(cfg.dump(), "g"));
+}
+
+}  // namespace

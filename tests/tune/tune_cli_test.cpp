@@ -42,7 +42,31 @@ TEST(TuneCli, WritesATuningFileThatPlanUses) {
   const CliResult plan = attn_cli("plan --model '" + model.string() + "'", env);
   ASSERT_EQ(plan.rc, 0) << plan.err;
   EXPECT_NE(plan.out.find("note: measured"), std::string::npos) << plan.out;
+  // The tuned kernel variant is the layer's, never handed to the reference the run checks against.
+  const CliResult run = attn_cli("run --model '" + model.string() + "'", env);
+  EXPECT_EQ(run.rc, 0) << run.out << run.err;
+  EXPECT_EQ(run.err.find("invalid for backend reference"), std::string::npos) << run.err;
   fs::remove(file);
+  fs::remove(model);
+}
+
+TEST(TuneCli, WritingTheMachineDefaultSaysSo) {
+  const fs::path model = tiny_model("tune_default", tiny_llama());
+  const fs::path cache = fs::temp_directory_path() / ("attn_tune_xdg_" + std::to_string(::getpid()));
+  const std::string env = "ATTN_TUNE_FILE= XDG_CACHE_HOME='" + cache.string() + "'";
+  const CliResult r = attn_cli("tune '" + model.string() + "' --budget 1 --threads 1 --decode-batch 1 --decode-context 32 --prefill-len 8", env);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const fs::path written = cache / "attn" / "tuning.json";
+  EXPECT_TRUE(fs::exists(written));
+  EXPECT_NE(r.err.find("note: wrote this machine's default tuning file " + written.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("every selection here"), std::string::npos) << r.err;
+  // An explicit destination is what the user asked for: no note.
+  const fs::path file = cache / "explicit.json";
+  const CliResult e = attn_cli("tune '" + model.string() + "' --budget 1 --threads 1 --decode-batch 1 --decode-context 32 --prefill-len 8 --output '" +
+                               file.string() + "'", env);
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_EQ(e.err.find("note: wrote this machine's default"), std::string::npos) << e.err;
+  fs::remove_all(cache);
   fs::remove(model);
 }
 

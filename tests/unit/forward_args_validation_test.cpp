@@ -49,6 +49,7 @@ TEST_F(ForwardArgs, QueryRankWrong) {
 TEST_F(ForwardArgs, QueryTokensDisagreeWithMetadata) {
   c.md.num_tokens = 5;
   c.md.query_start_loc.back() = 5;
+  c.md.seq_lens.back() -= 1;     // the last sequence has one new token less: same context
   c.md.slot_mapping.resize(5);  // consistent metadata (validated once per step); q has 6 tokens
   expect_rejected({"q.shape=[6, 4, 16]", "dimension 0 to be 5"});
 }
@@ -189,6 +190,13 @@ TEST_F(Params, AlibiSlopesWrongCount) {
   p.config.use_alibi = true;
   p.alibi_slopes = {0.5f};
   EXPECT_TRUE(throws_error([&] { create(); }, {"alibi_slopes.size()=1", "num_heads = 4"}));
+}
+
+TEST_F(Params, AlibiSlopeNotFinite) {
+  // A NaN slope made every score of its head NaN on one backend and was skipped on another.
+  p.config.use_alibi = true;
+  p.alibi_slopes = {0.5f, std::nanf(""), 0.125f, 0.0625f};
+  EXPECT_TRUE(throws_error([&] { create(); }, {"alibi_slopes[1]=nan", "a finite slope"}));
 }
 
 TEST_F(Params, AlibiSlopesWithoutAlibi) {

@@ -236,23 +236,30 @@ TEST_F(KVCacheScales, PerTensorScaleIsReplicated) {
 
 TEST_F(KVCacheScales, NaNScale) {
   KVCache c(spec);
-  EXPECT_TRUE(throws_error([&] { c.set_scales({std::nanf("")}, {1.0f}); }, {"k_scale[0]", "nan", "a finite scale > 0"}));
+  EXPECT_TRUE(throws_error([&] { c.set_scales({std::nanf("")}, {1.0f}); }, {"k_scale[0]", "nan", "a finite scale >= 1.17549e-38"}));
 }
 
 TEST_F(KVCacheScales, InfiniteScale) {
   KVCache c(spec);
   EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f}, {std::numeric_limits<float>::infinity()}); },
-                           {"v_scale[0]", "inf", "a finite scale > 0"}));
+                           {"v_scale[0]", "inf", "a finite scale >= 1.17549e-38"}));
 }
 
 TEST_F(KVCacheScales, ZeroScale) {
   KVCache c(spec);
-  EXPECT_TRUE(throws_error([&] { c.set_scales({0.0f}, {1.0f}); }, {"k_scale[0]=0", "a finite scale > 0"}));
+  EXPECT_TRUE(throws_error([&] { c.set_scales({0.0f}, {1.0f}); }, {"k_scale[0]=0", "a finite scale >= 1.17549e-38"}));
+}
+
+TEST_F(KVCacheScales, SubnormalScaleWouldSaturateEveryValue) {
+  // 1e-45 passed "finite and > 0", but 1 / 1e-45 is inf: every stored value became the fp8 maximum.
+  KVCache c(spec);
+  EXPECT_TRUE(throws_error([&] { c.set_scales({1e-45f}, {1.0f}); }, {"k_scale[0]=1.4013e-45", "the smallest normal float"}));
+  EXPECT_NO_THROW(c.set_scales({std::numeric_limits<float>::min()}, {1.0f}));
 }
 
 TEST_F(KVCacheScales, NegativeScale) {
   KVCache c(spec);
-  EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f}, {-0.5f}); }, {"v_scale[0]=-0.5", "a finite scale > 0"}));
+  EXPECT_TRUE(throws_error([&] { c.set_scales({1.0f}, {-0.5f}); }, {"v_scale[0]=-0.5", "a finite scale >= 1.17549e-38"}));
 }
 
 TEST_F(KVCacheScales, WrongCount) {

@@ -271,4 +271,18 @@ TEST_F(MetadataValidate, SlotBelowMinusOne) {
   EXPECT_TRUE(throws_error([&] { validate(); }, {"metadata.slot_mapping[0]=-7", "-1 (skip)"}));
 }
 
+TEST_F(MetadataValidate, SlotDisagreeingWithTheBlockTableIsRefused) {
+  // Sequence 1's first new token is position 6: block 2 (table entry 1), offset 2 = slot 10. Slot
+  // 30 is in range and unused, but the kernels would read slot 10, which nobody wrote.
+  ASSERT_EQ(md.slot_mapping[5], 10);
+  md.slot_mapping[5] = 30;
+  EXPECT_TRUE(throws_error([&] { validate(); },
+                           {"metadata.slot_mapping[5]=30", "-1 (skip) or 10", "position 6 of sequence 1"}));
+}
+
+TEST_F(MetadataValidate, SkippedSlotsStayLegal) {
+  md.slot_mapping[5] = -1;  // a padding token an engine does not write
+  EXPECT_NO_THROW(validate());
+}
+
 }  // namespace

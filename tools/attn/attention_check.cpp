@@ -21,9 +21,7 @@ std::vector<float> to_floats(const attn::Buffer& b) {
 /// that step into its own cache, then runs `q` (default: the step's recorded queries).
 attn::Buffer oracle_output(const AttentionRecording& rec, int step, const LayerRunner& layer, const attn::Buffer* q, Rng& rng) {
   auto ref = attn::Registry::instance().find("reference");
-  attn::LayerParams p = layer.params();
-  p.scale = p.effective_scale();  // the oracle's head_size may differ (MLA); keep the layer's scale
-  p.config = oracle_config(p.config);
+  const attn::LayerParams p = oracle_params(layer.params());
   LayerRunner oracle(*ref, p, layer.num_blocks(), layer.block_size(), &layer.params().config);
   for (int i = 0; i <= step; ++i) oracle.write(rec.mds[std::size_t(i)], rec.inputs[std::size_t(i)]);
   const attn::BatchMetadata& md = rec.mds[std::size_t(step)];

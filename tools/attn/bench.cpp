@@ -2,6 +2,7 @@
 // size and GQA), as fractions of this machine's own measured ceilings (read bandwidth, matmul
 // peak, the paged read of each decode call's own KV) and as speed-ups over `reference`; then
 // the MLA / sparse and mixer figure sets against the read bandwidth measured in the same run.
+#include "attn/limits.hpp"
 #include "bench.hpp"
 
 #include <omp.h>
@@ -120,7 +121,7 @@ int run_bench(const BenchOptions& o) {
     if (!csv) throw attn::Error("--csv " + o.csv_path + ": cannot open for writing (a directory, or not writable)");
   }
   if (o.threads > 0) omp_set_num_threads(o.threads);  // the mixer figures run on the default team
-  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  const int threads = attn::team_size(o.threads);
   auto log = [&](const std::string& s) {
     if (!o.json) std::cerr << s << std::flush;
   };

@@ -1,5 +1,6 @@
 // Prepared attention workloads: instances of one batch laid out over the pool, rotated so
 // consecutive calls read fresh KV.
+#include "attn/limits.hpp"
 #include "bench_kit.hpp"
 
 #include <omp.h>
@@ -54,7 +55,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   // thread takes the item, so pages spread over the nodes are what a serving process sees.
   auto* bytes = static_cast<unsigned char*>(cache_->data());
   const std::int64_t chunks = std::int64_t(cache_->bytes() >> 21) + 1;
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads())
+#pragma omp parallel for schedule(static) num_threads(attn::team_size(threads))
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::size_t lo = std::size_t(c) << 21, hi = std::min(cache_->bytes(), lo + (std::size_t(1) << 21));
     if (lo < hi) std::memset(bytes + lo, 0, hi - lo);

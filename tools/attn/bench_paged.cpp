@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "attn/limits.hpp"
 #include "bench_kit.hpp"
 #include "bench_simd.hpp"
 
@@ -55,7 +56,7 @@ double Workload::paged_read_once() {
   if (items_[i].empty()) items_[i] = paged_rows(i);
   const std::vector<PagedRows>& items = items_[i];
   const SimdKernels& k = simd();
-  const int threads = threads_ > 0 ? threads_ : omp_get_max_threads();
+  const int threads = attn::team_size(threads_);
   uint64_t total = 0;
   const auto t0 = Clock::now();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : total)

@@ -129,12 +129,8 @@ Result run_case(const attn::BackendDescriptor& backend, const attn::BackendDescr
   if (cfg.has_sink) {
     for (int h = 0; h < cfg.num_heads; ++h) params.sinks.push_back(rng.uniform(-1.0f, 1.0f));
   }
-  attn::LayerParams oracle_params = params;
-  oracle_params.scale = params.effective_scale();
-  oracle_params.config = oracle_config(cfg);
-
   LayerRunner fast(backend, params, num_blocks, block_size);
-  LayerRunner slow(ref, oracle_params, num_blocks, block_size, &params.config);
+  LayerRunner slow(ref, oracle_params(params), num_blocks, block_size, &params.config);
   if (!prefix.empty()) {
     // The cached prefix of the chunked / decode sequences, written like an earlier step.
     std::vector<attn::SequenceSpec> p = prefix;

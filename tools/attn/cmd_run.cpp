@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 
+#include "attn/limits.hpp"
 #include "attention_check.hpp"
 #include "attn/checked.hpp"
 #include "attn/error.hpp"
@@ -312,7 +313,7 @@ int cmd_run(const RunOptions& o) {
   json j{{"model", model.name}, {"architecture", model.architecture}, {"platform", plan.platform},
          {"tensor_parallel", parallel.tensor}, {"rank", o.rank},
          {"batch", shape.batch}, {"prompt_len", shape.prompt_len}, {"decode_steps", decode_steps},
-         {"threads", shape.threads > 0 ? shape.threads : omp_get_max_threads()}, {"seed", o.seed},
+         {"threads", attn::team_size(shape.threads)}, {"seed", o.seed},
          {"attention_layers", attention_time.layers}, {"mixer_layers", mixer_time.layers},
          {"prefill", prefill.to_json()}, {"decode", decode.to_json()},
          {"by_kind", {{"attention", attention_time.to_json()}, {"mixer", mixer_time.to_json()}}},

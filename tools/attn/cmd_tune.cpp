@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
@@ -73,6 +74,13 @@ int cmd_tune(const TuneOptions& options) {
   const attn::TuningFile fresh = attn::tune(configs, to);
   const std::string active = attn::tuning_file_path();
   const std::string path = attn::save_tuning(fresh, options.output);
+  const char* env_file = std::getenv("ATTN_TUNE_FILE");
+  if (options.output.empty() && (!env_file || !*env_file))
+    std::fprintf(stderr,
+                 "note: wrote this machine's default tuning file %s: from now on every selection here (attn, its Python "
+                 "module, engines using it) follows these measurements; ATTN_TUNE_FILE=off ignores it, deleting the file "
+                 "undoes it, --output or ATTN_TUNE_FILE writes elsewhere\n",
+                 path.c_str());
 
   if (options.json) {
     std::cout << fresh.to_json() << "\n";

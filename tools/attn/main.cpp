@@ -100,7 +100,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end parsing with exit code 0; every real parse error is reported like
+    // any other error (exit 1, "error: ..."), not with CLI11's own codes (104-106, ...).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "error: " << e.what() << "\nRun with --help for more information.\n";
+    return 1;
   }
 
   try {

@@ -80,6 +80,14 @@ attn::LayerConfig oracle_config(const attn::LayerConfig& cfg) {
   return o;
 }
 
+attn::LayerParams oracle_params(const attn::LayerParams& p) {
+  attn::LayerParams o = p;
+  o.scale = p.effective_scale();
+  o.config = oracle_config(p.config);
+  o.variant.clear();
+  return o;
+}
+
 attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng) {
   attn::require(topk > 0, "index_topk", topk, "> 0");
   attn::Buffer idx(attn::DType::int32, {md.num_tokens, topk});

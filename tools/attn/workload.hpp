@@ -47,6 +47,10 @@ attn::Buffer make_output(const attn::LayerConfig& cfg, int32_t num_tokens, bool 
 /// with a 576-wide key whose first 512 values are the value; top-k sparse with the indices
 /// `sparse_indices` produces (each token's last index_topk positions) is a sliding window.
 attn::LayerConfig oracle_config(const attn::LayerConfig& cfg);
+/// The reference oracle's parameters for a layer run with `p`: the layer's scale made explicit
+/// (the oracle's head_size may differ: MLA), its config through oracle_config, and no kernel
+/// variant (a tuned variant names one of the layer's backend, not the reference's).
+attn::LayerParams oracle_params(const attn::LayerParams& p);
 /// [T, index_topk] int32: the positions max(0, p - topk + 1) .. p of each query token at
 /// position p, shuffled, padded with -1.
 attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng);

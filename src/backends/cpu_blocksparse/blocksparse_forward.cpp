@@ -8,6 +8,7 @@
 #include "attn/error.hpp"
 #include "kernels/latent/attend_tiles.hpp"
 #include "kernels/latent/mla_forward.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn::blocksparse {
 
@@ -32,7 +33,7 @@ void forward(const Shape& shape, const Pattern& pattern, const TensorView& q, co
   require(cache.spec().layout == KVLayout::NHD || cache.spec().layout == KVLayout::HND, "cache.layout",
           to_string(cache.spec().layout), "NHD or HND (cpu_blocksparse)");
   if (T == 0) return;
-  const int threads = shape.num_threads > 0 ? shape.num_threads : omp_get_max_threads();
+  const int threads = cpu::team_size(shape.num_threads);
   const PagedKV kv = cache.view();
   const std::vector<float> qf = mla::scaled_q(q, H, D, shape.scale, threads);
   // A tile's rows share one key list: (token, q head of one KV group) when every head has the

@@ -13,6 +13,7 @@
 #include "backends/cpu_flash/isa.hpp"
 #include "backends/cpu_flash/plan.hpp"
 #include "backends/cpu_flash/prefill_run.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn {
 namespace cpu_flash {
@@ -83,7 +84,7 @@ class CpuFlashImpl final : public AttentionImpl {
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
     const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout);
-    const int threads = params_.num_threads > 0 ? params_.num_threads : omp_get_max_threads();
+    const int threads = cpu::team_size(params_.num_threads);
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
 #pragma omp parallel num_threads(threads)

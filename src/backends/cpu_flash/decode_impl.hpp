@@ -682,6 +682,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       guard |= vlo > 0 || vhi < n;
       __m512 sv[NV];
       __m512 mx = _mm512_set1_ps(kNegInf);
+      __mmask16 nan = 0;  // a visible NaN score makes the row NaN (vmaxps would drop it)
       const float slope = a.alibi_slopes ? a.alibi_slopes[h * g + r % g] : 0.0f;
       for (int x = 0; x < CH; x += 16) {
         __m512 v = _mm512_mul_ps(_mm512_load_ps(&sc.s[r][x]), _mm512_set1_ps(sscale));
@@ -695,10 +696,13 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
         const __mmask16 live = _mm512_cmp_ps_mask(j, _mm512_set1_ps(float(vlo)), _CMP_GE_OQ) &
                                _mm512_cmp_ps_mask(j, _mm512_set1_ps(float(vhi)), _CMP_LT_OQ);
         sv[x / 16] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), live, v);
+        nan |= _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, sv[x / 16]);
       }
       for (int x = 0; x < NV; ++x) _mm512_store_ps(&sc.s[r][16 * x], sv[x]);
-      sc.m_new[r] = std::max(sc.m[r], _mm512_reduce_max_ps(mx));
+      // A NaN max carries on: exp(s - NaN) and the rescale make l, o and the output NaN, as
+      // in the reference; std::max keeps a NaN already in sc.m (its first argument).
+      sc.m_new[r] = nan ? std::numeric_limits<float>::quiet_NaN() : std::max(sc.m[r], _mm512_reduce_max_ps(mx));
     }
     // Rescale factors of all rows in one vector: exp(m - m_new), 1 where nothing is visible yet.
     for (int r0 = 0; r0 < rows; r0 += 16) {

@@ -76,8 +76,13 @@ void run_merges(const KernelArgs& a, const Plan& plan, const float* partials, in
       const int rows = (mg.q_end - mg.q_begin) * g;
       const int64_t stride = partial_floats(rows, dv);
       for (int r = 0; r < rows; ++r) {
+        // A split that saw a NaN score has a NaN max: the row's max is NaN then (std::max would
+        // drop it and a row of NaN splits would come out 0, a fully masked row).
         float m = -std::numeric_limits<float>::infinity();
-        for (int k = 0; k < mg.count; ++k) m = std::max(m, partials[mg.partial0 + k * stride + int64_t(rows) * dv + r]);
+        for (int k = 0; k < mg.count; ++k) {
+          const float mk = partials[mg.partial0 + k * stride + int64_t(rows) * dv + r];
+          m = std::isnan(mk) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN() : std::max(m, mk);
+        }
         std::fill(o.begin(), o.end(), 0.0f);
         float l = 0.0f;
         if (m != -std::numeric_limits<float>::infinity()) {

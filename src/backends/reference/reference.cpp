@@ -9,6 +9,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn {
 namespace {
@@ -132,7 +133,7 @@ class ReferenceImpl final : public AttentionImpl {
     if (params_.config.sliding_window > 0 && kpos <= qpos - params_.config.sliding_window) return false;
     return true;
   }
-  int threads() const { return params_.num_threads > 0 ? params_.num_threads : omp_get_max_threads(); }
+  int threads() const { return cpu::team_size(params_.num_threads); }
 };
 
 }  // namespace

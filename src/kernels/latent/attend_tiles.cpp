@@ -8,6 +8,7 @@
 
 #include "kernels/latent/mla_forward.hpp"
 #include "kernels/latent/mla_kernel.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn::mla {
 namespace {
@@ -24,7 +25,7 @@ struct Task {
 
 void run_tiles(const TileRun& run, const std::vector<Tile>& tiles) {
   if (tiles.empty()) return;
-  const int threads = run.num_threads > 0 ? run.num_threads : omp_get_max_threads();
+  const int threads = cpu::team_size(run.num_threads);
   const int R = run.rank;
 
   std::vector<Task> tasks;

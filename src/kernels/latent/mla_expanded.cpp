@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attn/error.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn::mla {
 
@@ -40,7 +41,7 @@ void expanded_forward(const MlaShape& shape, const UpProjections& w, const Tenso
   check_tensor(q, "q", 3, {DType::float32, DType::float16, DType::bfloat16}, {T, H, D});
   check_tensor(out, "out", 3, {DType::float32, DType::float16, DType::bfloat16}, {T, H, V});
   check_mla_cache(shape, cache, md);
-  const int threads = shape.num_threads > 0 ? shape.num_threads : omp_get_max_threads();
+  const int threads = cpu::team_size(shape.num_threads);
   const PagedKV kv = cache.view();
   const float kv_scale = kv.k_scales && !kv.ds_mla ? kv.k_scales[0] : 1.0f;
   const size_t kv_esz = dtype_size(kv.dtype), q_esz = dtype_size(q.dtype), o_esz = dtype_size(out.dtype);

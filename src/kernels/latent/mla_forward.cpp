@@ -10,6 +10,7 @@
 #include "attn/numeric.hpp"
 #include "kernels/latent/attend_tiles.hpp"
 #include "kernels/latent/mla_kernel.hpp"
+#include "cpu/threads.hpp"
 
 namespace attn::mla {
 
@@ -84,7 +85,7 @@ void absorbed_forward(const MlaShape& shape, const TensorView& q, const KVCache&
   }
   if (T == 0) return;
 
-  const int threads = shape.num_threads > 0 ? shape.num_threads : omp_get_max_threads();
+  const int threads = cpu::team_size(shape.num_threads);
   const PagedKV kv = cache.view();
   const std::vector<float> qf = scaled_q(q, H, W, shape.scale, threads);
 
