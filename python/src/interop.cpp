@@ -164,6 +164,9 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales) {
   require(ka.ndim() == 4, "k.shape", kt.shape, dims);
   require(va.ndim() == 4 && va.shape(0) == ka.shape(0) && va.shape(1) == ka.shape(1) && va.shape(2) == ka.shape(2), "v.shape",
           vt.shape, "k's first three extents " + kt.shape + " and its own head_size_v");
+  // The spec's head_size_v 0 means "= head_size": a V of no width would be read and written
+  // head_size wide from where the empty view points, memory neither view addresses.
+  require(va.shape(3) >= 1, "v.shape", vt.shape, "a last dimension (head_size_v) of at least 1");
   for (int d = 0; d < 3; ++d)
     require(ka.stride(d) == va.stride(d) || ka.shape(d) == 1, "v.strides", "dimension " + std::to_string(d) + " stride " +
             std::to_string(va.stride(d)), "k's stride " + std::to_string(ka.stride(d)) + " (K and V at the same strides)");
