@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "attn/checked.hpp"
 #include "bind.hpp"
 
 namespace attn::py {
@@ -191,12 +192,18 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales) {
   require((vp - kp) % es == 0, "v.data_ptr", vp - kp, "a whole number of elements from k's");
   m.v_offset = (vp - kp) / es;
   // Each view addresses only its own tensor's elements; the memory spans both.
-  auto end_of = [&](const nb::ndarray<>& a) {
+  // Overflow-checked: a producer may claim strides whose products wrap 64 bits.
+  auto end_of = [&](const nb::ndarray<>& a, const char* name) {
     int64_t last = 0;
-    for (std::size_t d = 0; d < 4; ++d) last += (int64_t(a.shape(d)) - 1) * a.stride(d);
-    return reinterpret_cast<std::intptr_t>(a.data()) + (last + 1) * es;
+    for (std::size_t d = 0; d < 4; ++d) {
+      require(a.shape(d) >= 1, std::string(name) + ".shape", std::to_string(a.shape(d)) + " in dimension " + std::to_string(d),
+              "extents >= 1");
+      const int64_t step = checked_product(std::string(name) + " extent", {int64_t(a.shape(d)) - 1, int64_t(a.stride(d))});
+      last = checked_sum(std::string(name) + " extent", {last, step});
+    }
+    return reinterpret_cast<std::intptr_t>(a.data()) + checked_product(std::string(name) + " bytes", {last + 1, es});
   };
-  const std::intptr_t lo = std::min(kp, vp), hi = std::max(end_of(ka), end_of(va));
+  const std::intptr_t lo = std::min(kp, vp), hi = std::max(end_of(ka, "k"), end_of(va, "v"));
   m.memory = reinterpret_cast<const void*>(lo);
   m.bytes = std::size_t(hi - lo);
   std::vector<PinnedTensor> pinned;
