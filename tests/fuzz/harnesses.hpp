@@ -17,6 +17,9 @@ int metadata_forward(const uint8_t* data, std::size_t size);
 int names(const uint8_t* data, std::size_t size);
 /// Bytes → KVCacheSpec / KVCache / Buffer with fuzzed dims, LayerConfig::validate.
 int constructors(const uint8_t* data, std::size_t size);
+/// Bytes → backend descriptors (any names, enums, size rules, callbacks that throw or return
+/// null) added to a fresh registry → one selection, its JSON, create() of the chosen backend.
+int plugin_descriptor(const uint8_t* data, std::size_t size);
 
 struct Harness {
   const char* name;  // also the folder of its seeds (corpus/<name>) and crash inputs (regressions/<name>)
@@ -27,6 +30,7 @@ inline constexpr Harness kHarnesses[] = {
     {"metadata_forward", metadata_forward},
     {"names", names},
     {"constructors", constructors},
+    {"plugin_descriptor", plugin_descriptor},
 };
 
 /// Largest buffer a harness asks for: sizes beyond it are legal but would only test the
