@@ -15,6 +15,18 @@
 #define ATTN_ABI_VERSION 4
 
 namespace attn {
+class Registry;
+}
+
+/// Entry points a module / plugin library exports (extern "C"):
+///   int  attn_abi_version();                 // must return ATTN_ABI_VERSION
+///   void attn_register(attn::Registry& r);   // plugins: r.add(...); modules: r.provide(...)
+extern "C" {
+typedef int (*attn_abi_version_fn)();
+typedef void (*attn_register_fn)(attn::Registry&);
+}
+
+namespace attn {
 
 class Registry {
  public:
@@ -25,9 +37,15 @@ class Registry {
   /// SelectOptions::registry.
   static std::unique_ptr<Registry> with_builtins();
 
-  /// Adds a backend. Throws if the name is taken.
+  /// Adds a backend. Throws attn::Error naming the backend and the field when the descriptor is
+  /// unusable (validate_descriptor: names unique ignoring case, enums in range, size rules
+  /// well-formed, a factory unless a module provides it) or the name is taken. Its callbacks are
+  /// kept wrapped: only attn::Error leaves them (a throwing extra_checks is a Reason instead).
+  /// Inside a plugin's or module's attn_register, what it adds and provides is staged and
+  /// becomes visible only once attn_register returns normally.
   void add(BackendDescriptor desc);
-  /// Provides the factory of a backend declared with `module` (called by the module itself).
+  /// Provides the factory of a registered backend (a module for the backends it serves; a plugin
+  /// may replace one). Throws attn::Error for a null factory or an unknown backend.
   void provide(const std::string& backend, std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create);
 
   /// Provides the memory of `device` (called by the module that serves that device).
@@ -58,6 +76,13 @@ class Registry {
 
  private:
   struct Module { bool tried = false; bool ok = false; std::string why; void* handle = nullptr; };
+  struct Stage;  // what one attn_register added / provided, not yet visible (registry.cpp)
+  static Stage*& current_stage();  // this thread's innermost registration in progress
+  Stage* stage_for_this_thread();
+  /// Runs a library's attn_register with its changes staged; commits them only if it returns
+  /// normally. Returns "" or why the library was not registered.
+  std::string register_staged(attn_register_fn reg);
+  void commit(Stage& stage);
   mutable std::shared_mutex mu_;
   std::vector<std::shared_ptr<BackendDescriptor>> backends_;
   std::unordered_map<std::string, Module> modules_;
@@ -71,11 +96,3 @@ class Registry {
 void load_plugin(const std::string& path);
 
 }  // namespace attn
-
-/// Entry points a module / plugin library exports (extern "C"):
-///   int  attn_abi_version();                 // must return ATTN_ABI_VERSION
-///   void attn_register(attn::Registry& r);   // plugins: r.add(...); modules: r.provide(...)
-extern "C" {
-typedef int (*attn_abi_version_fn)();
-typedef void (*attn_register_fn)(attn::Registry&);
-}

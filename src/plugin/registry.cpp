@@ -11,7 +11,9 @@
 #include "attn/error.hpp"
 #include "core/log.hpp"
 #include "core/names.hpp"
+#include "plugin/contain_callbacks.hpp"
 #include "plugin/module_path.hpp"
+#include "plugin/validate_descriptor.hpp"
 
 namespace attn {
 
@@ -139,32 +141,140 @@ Registry& Registry::instance() {
   return *r;
 }
 
+// What one attn_register added and provided, kept out of the registry until it returns normally
+// (all or nothing: a plugin that throws halfway leaves no backend and no replaced factory).
+struct Registry::Stage {
+  Registry* registry;
+  Stage* outer;  // a registration in progress further up this thread (a plugin loading a plugin)
+  std::vector<std::shared_ptr<BackendDescriptor>> added;
+  std::vector<std::pair<std::string, detail::BackendFactory>> provided;  // registered name → factory
+  std::shared_ptr<DeviceAllocator> cuda_allocator;
+};
+
+Registry::Stage*& Registry::current_stage() {
+  thread_local Stage* stage = nullptr;
+  return stage;
+}
+
+Registry::Stage* Registry::stage_for_this_thread() {
+  for (Stage* s = current_stage(); s; s = s->outer)
+    if (s->registry == this) return s;
+  return nullptr;
+}
+
+namespace {
+
+using Backends = std::vector<std::shared_ptr<BackendDescriptor>>;
+
+BackendDescriptor* named(const Backends& list, const std::string& name) {
+  for (auto& b : list)
+    if (detail::same_backend_name(b->name, name)) return b.get();
+  return nullptr;
+}
+
+// Lookup ignores case (ATTN_BACKEND=CPU_FLASH), so names must differ in more than case.
+void require_unique(const Backends& list, const std::string& name) {
+  const BackendDescriptor* b = named(list, name);
+  if (!b) return;
+  std::string msg = "backend '" + name + "' is already registered";
+  if (b->name != name) msg += " (as '" + b->name + "'; backend names compare ignoring case)";
+  throw Error(msg);
+}
+
+}  // namespace
+
 void Registry::add(BackendDescriptor desc) {
-  require(!desc.name.empty(), "backend.name", "\"\"", "a non-empty name");
+  detail::validate_descriptor(desc);
+  detail::contain_callbacks(desc);
+  auto d = std::make_shared<BackendDescriptor>(std::move(desc));
+  if (Stage* stage = stage_for_this_thread()) {
+    {
+      std::shared_lock lock(mu_);
+      require_unique(backends_, d->name);
+    }
+    require_unique(stage->added, d->name);
+    stage->added.push_back(std::move(d));
+    return;
+  }
   std::unique_lock lock(mu_);
-  for (auto& b : backends_)
-    if (b->name == desc.name) throw Error("backend '" + desc.name + "' is already registered");
-  backends_.push_back(std::make_shared<BackendDescriptor>(std::move(desc)));
+  require_unique(backends_, d->name);
+  backends_.push_back(std::move(d));
   generation_ = next_generation();
 }
 
 void Registry::provide(const std::string& backend, std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create) {
+  require(bool(create), "provide(" + backend + ").create", "null", "a factory");
+  const auto not_declared = [&] { return Error("provide: backend '" + backend + "' is not declared in the core registry"); };
+  if (Stage* stage = stage_for_this_thread()) {
+    if (BackendDescriptor* b = named(stage->added, backend)) {
+      b->create = detail::contained_factory(b->name, std::move(create));
+      return;
+    }
+    std::shared_lock lock(mu_);
+    const BackendDescriptor* b = named(backends_, backend);
+    if (!b) throw not_declared();
+    stage->provided.emplace_back(b->name, detail::contained_factory(b->name, std::move(create)));
+    return;
+  }
   std::unique_lock lock(mu_);
   for (auto& b : backends_) {
-    if (b->name == backend) {
+    if (detail::same_backend_name(b->name, backend)) {
       auto copy = std::make_shared<BackendDescriptor>(*b);
-      copy->create = std::move(create);
+      copy->create = detail::contained_factory(b->name, std::move(create));
       b = copy;  // readers holding the old snapshot keep it alive
       generation_ = next_generation();
       return;
     }
   }
-  throw Error("provide: backend '" + backend + "' is not declared in the core registry");
+  throw not_declared();
+}
+
+void Registry::commit(Stage& stage) {
+  if (Stage* outer = stage_for_this_thread()) {  // part of an enclosing registration: it commits
+    for (auto& d : stage.added) require_unique(outer->added, d->name);
+    outer->added.insert(outer->added.end(), stage.added.begin(), stage.added.end());
+    outer->provided.insert(outer->provided.end(), stage.provided.begin(), stage.provided.end());
+    if (stage.cuda_allocator) outer->cuda_allocator = stage.cuda_allocator;
+    return;
+  }
+  std::unique_lock lock(mu_);
+  // Checked again under the lock: another thread may have taken a name since; nothing changes
+  // until every check has passed.
+  for (auto& d : stage.added) require_unique(backends_, d->name);
+  for (auto& [name, create] : stage.provided) {
+    for (auto& b : backends_) {
+      if (b->name != name) continue;
+      auto copy = std::make_shared<BackendDescriptor>(*b);
+      copy->create = std::move(create);
+      b = copy;
+    }
+  }
+  backends_.insert(backends_.end(), stage.added.begin(), stage.added.end());
+  if (stage.cuda_allocator) cuda_allocator_ = stage.cuda_allocator;
+  if (!stage.added.empty() || !stage.provided.empty()) generation_ = next_generation();
+}
+
+std::string Registry::register_staged(attn_register_fn reg) {
+  Stage stage{this, current_stage(), {}, {}, nullptr};
+  current_stage() = &stage;
+  const std::string threw = call_register(reg, *this);  // catches everything
+  current_stage() = stage.outer;
+  if (!threw.empty()) return "attn_register threw: " + threw;  // the stage is dropped
+  try {
+    commit(stage);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
 }
 
 void Registry::provide_allocator(DeviceKind device, std::shared_ptr<DeviceAllocator> allocator) {
   require(device == DeviceKind::cuda, "device", "cpu", "cuda (host memory is built in)");
   require(allocator != nullptr && allocator->device() == device, "allocator", "null or another device's", "a cuda allocator");
+  if (Stage* stage = stage_for_this_thread()) {
+    stage->cuda_allocator = std::move(allocator);
+    return;
+  }
   std::unique_lock lock(mu_);
   cuda_allocator_ = std::move(allocator);
 }
@@ -219,13 +329,12 @@ bool Registry::ensure_module(const BackendDescriptor& desc, std::string& why) {
       attn_register_fn reg = nullptr;
       void* h = open_library(path, last_why, reg);
       if (!h) continue;
-      const std::string threw = call_register(reg, *this);
-      if (threw.empty()) {
+      last_why = register_staged(reg);
+      if (last_why.empty()) {
         m->ok = true;
         m->handle = h;
         break;
       }
-      last_why = "attn_register threw: " + threw;
     }
     if (!m->ok) m->why = last_why;
     else log_info("loaded module " + desc.module);
@@ -261,18 +370,9 @@ void Registry::load_plugin(const std::string& path) {
   attn_register_fn reg = nullptr;
   void* h = open_library(path, why, reg);
   if (!h) throw Error("plugin '" + path + "' not loaded: " + why);
-  // A plugin that throws halfway leaves no backend behind: what it added is taken out again.
-  // The library stays open, since the rolled-back descriptors' code lives in it.
-  std::vector<std::string> before = names();
-  const std::string threw = call_register(reg, *this);
-  if (!threw.empty()) {
-    {
-      std::unique_lock lock(mu_);
-      std::erase_if(backends_, [&](const auto& b) { return std::find(before.begin(), before.end(), b->name) == before.end(); });
-      generation_ = next_generation();
-    }
-    throw Error("plugin '" + path + "' not loaded: attn_register threw: " + threw);
-  }
+  // The library stays open even when it is refused: the dropped descriptors' code lives in it.
+  const std::string refused = register_staged(reg);
+  if (!refused.empty()) throw Error("plugin '" + path + "' not loaded: " + refused);
   log_info("loaded plugin " + path);
 }
 

@@ -20,6 +20,9 @@ int constructors(const uint8_t* data, std::size_t size);
 /// Bytes → a small random layer and step → cpu_flash and the reference backend on caches of
 /// random bytes, with planted NaN in q, K or V: outputs agree (NaN rows, tolerance).
 int differential(const uint8_t* data, std::size_t size);
+/// Bytes → backend descriptors (any names, enums, size rules, callbacks that throw or return
+/// null) added to a fresh registry → one selection, its JSON, create() of the chosen backend.
+int plugin_descriptor(const uint8_t* data, std::size_t size);
 
 struct Harness {
   const char* name;  // also the folder of its seeds (corpus/<name>) and crash inputs (regressions/<name>)
@@ -31,6 +34,7 @@ inline constexpr Harness kHarnesses[] = {
     {"names", names},
     {"constructors", constructors},
     {"differential", differential},
+    {"plugin_descriptor", plugin_descriptor},
 };
 
 /// Largest buffer a harness asks for: sizes beyond it are legal but would only test the

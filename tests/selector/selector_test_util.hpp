@@ -2,13 +2,14 @@
 // Selector-test helpers. Synthetic backends live in a test's own TestRegistry (the built-ins plus
 // what the test adds), never in Registry::instance(), so no other test or suite sees them; the
 // test selects from it through TestRegistry::options(). Each is named "synth_<tag>_<n>" and
-// serves only its head size of 1000 and more. They have no factory: selection only.
+// serves only its head size of 1000 and more. Their factory refuses to build: selection only.
 #include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "attn/error.hpp"
 #include "attn/registry.hpp"
 #include "attn/selector.hpp"
 
@@ -43,6 +44,8 @@ class TestRegistry {
     d.priority = priority;
     d.module = std::move(module);
     d.extra_checks = std::move(extra);
+    if (d.module.empty())  // a module backend's factory comes from its module
+      d.create = [](const LayerParams&) -> std::unique_ptr<AttentionImpl> { throw Error("synthetic backends only select"); };
     reg_->add(d);
     return d.name;
   }
