@@ -17,6 +17,8 @@ int metadata_forward(const uint8_t* data, std::size_t size);
 int names(const uint8_t* data, std::size_t size);
 /// Bytes → KVCacheSpec / KVCache / Buffer with fuzzed dims, LayerConfig::validate.
 int constructors(const uint8_t* data, std::size_t size);
+/// Bytes as a tuning file → TuningFile → written back and read again.
+int tuning_file(const uint8_t* data, std::size_t size);
 
 struct Harness {
   const char* name;  // also the folder of its seeds (corpus/<name>) and crash inputs (regressions/<name>)
@@ -27,6 +29,7 @@ inline constexpr Harness kHarnesses[] = {
     {"metadata_forward", metadata_forward},
     {"names", names},
     {"constructors", constructors},
+    {"tuning_file", tuning_file},
 };
 
 /// Largest buffer a harness asks for: sizes beyond it are legal but would only test the
