@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 HARNESSES=("$@")
-((${#HARNESSES[@]})) || HARNESSES=(model_config metadata_forward names constructors differential plugin_descriptor)
+((${#HARNESSES[@]})) || HARNESSES=(model_config metadata_forward names constructors differential plugin_descriptor tuning_file)
 JOBS=${JOBS:-$(nproc)}
 
 # Backends the harnesses never reach are left out: the fuzz build compiles everything with

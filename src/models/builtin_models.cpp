@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "attn/error.hpp"
 #include "attn/model.hpp"
@@ -28,26 +27,10 @@ fs::path models_dir() {
   return lib_dir.parent_path() / "share" / "attn" / "models";
 }
 
-/// The file's text, refusing anything over kMaxConfigBytes before reading it: a config path may
-/// name any file, and reading a huge one whole would exhaust memory before the parser objects.
+/// The file's text, through the one bounded reader: a config path may name any file, and a
+/// huge one, a FIFO or a device must fail before the parser ever sees it.
 std::string read_text(const fs::path& path) {
-  const auto too_big = [&](std::uintmax_t size) {
-    return Error("model config '" + path.string() + "' size " + std::to_string(size) + " bytes invalid: expected at most " +
-                 std::to_string(models::kMaxConfigBytes) + " bytes");
-  };
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (!ec && size > models::kMaxConfigBytes) throw too_big(size);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read model config '" + path.string() + "'");
-  // Bounded read as well: the file may grow between the size check and the read.
-  std::string text;
-  char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
-    text.append(chunk, std::size_t(in.gcount()));
-    if (text.size() > models::kMaxConfigBytes) throw too_big(text.size());
-  }
-  return text;
+  return json_file::read(path.string(), "model config '" + path.string() + "'", models::kMaxConfigBytes);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 #pragma once
-// Bounded reading of an untrusted config.json: a size cap, a nesting cap, every nlohmann
-// failure turned into an attn::Error naming the model and the field, and a printable preview
-// of any value that never recurses without bound.
+// Bounded reading of an untrusted config.json, through the one JSON reader (core/json_file.hpp):
+// the config's size and nesting caps, and errors that name the model and the field.
 #include <nlohmann/json.hpp>
 
 #include "attn/limits.hpp"
+#include "core/json_file.hpp"
 
 #include <cstddef>
 #include <string>
@@ -22,12 +22,7 @@ inline constexpr int kMaxLayers = limits::kMaxLayers;
 /// deep nesting, invalid JSON or a number out of range, naming the field (dotted path) it was in.
 nlohmann::json parse_config_json(const std::string& text, const std::string& model);
 
-/// `s` cut to `max` characters (with "..."): config strings reach error messages, and a
-/// string value may be megabytes long.
-std::string clip(const std::string& s, std::size_t max = 64);
-
-/// A short, bounded text for `v` in error messages: scalars as JSON (long strings cut),
-/// lists and objects as their kind and size; never walks nested values.
-std::string preview(const nlohmann::json& v);
+using json_file::clip;
+using json_file::preview;
 
 }  // namespace attn::models

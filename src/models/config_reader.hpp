@@ -132,27 +132,15 @@ class ConfigReader {
     if (v.size() > max_size) fail(field, preview(v), expected + " of at most " + std::to_string(max_size) + " entries");
     return v;
   }
-  /// Integers in 0..2^30; 2.0 counts as 2. The range test on the double comes before any
-  /// conversion: casting 1e300 to an integer type is undefined behaviour.
+  /// Integers in 0..2^30; 2.0 counts as 2 (json_file::to_integer checks the range first).
   int checked_int(const std::string& field, const nlohmann::json& v) const {
-    constexpr int64_t kMax = int64_t(1) << 30;
     int64_t x = 0;
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > uint64_t(kMax)) fail(field, preview(v), "an integer in 0..2^30");
-      x = int64_t(u);
-    } else if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-    } else if (v.is_number_float()) {
-      const double f = v.get<double>();
-      if (!(f >= -1.0 && f <= double(kMax))) fail(field, preview(v), "an integer in 0..2^30");
-      x = int64_t(f);
-      if (double(x) != f) fail(field, preview(v), "an integer");
-    } else {
-      fail(field, preview(v), "an integer");
+    switch (json_file::to_integer(v, 0, int64_t(1) << 30, x)) {
+      case json_file::IntegerCheck::ok: return int(x);
+      case json_file::IntegerCheck::not_integer: fail(field, preview(v), "an integer");
+      case json_file::IntegerCheck::out_of_range: fail(field, preview(v), "an integer in 0..2^30");
     }
-    if (x < 0 || x > kMax) fail(field, preview(v), "an integer in 0..2^30");
-    return int(x);
+    fail(field, preview(v), "an integer");
   }
 
   const nlohmann::json& cfg_;

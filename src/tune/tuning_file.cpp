@@ -3,14 +3,16 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "attn/selector.hpp"
 #include "attn/tune.hpp"
+#include "core/json_file.hpp"
 #include "core/log.hpp"
 
 namespace attn {
@@ -28,15 +30,60 @@ json choice_json(const TunedChoice& c) {
   return j;
 }
 
-TunedChoice choice_from(const json& j) {
+/// Bounds on a tuning file: one entry per tuned layer config with a few choices each is a few
+/// KiB; the nesting is 4 levels (configs, an entry, its config object, a value).
+constexpr json_file::Limits kTuningLimits{std::size_t(16) << 20, 16};
+/// Largest time one recorded run may report (µs): about a day, far past any kernel call.
+constexpr double kMaxMicros = 1e11;
+/// Entries a file may hold: far past a tuning run's layer configs and their candidates.
+constexpr std::size_t kMaxConfigs = 1 << 16, kMaxChoices = 1 << 12;
+
+TunedChoice choice_from(const json_file::Field& j) {
   TunedChoice c;
-  c.backend = j.at("backend").get<std::string>();
-  c.variant = j.at("variant").get<std::string>();
-  c.block_size = j.at("block_size").get<int>();
-  c.decode_us = j.at("decode_us").get<double>();
-  c.prefill_us = j.at("prefill_us").get<double>();
-  c.error = j.value("error", "");
+  c.backend = j["backend"].string();
+  c.variant = j["variant"].string();
+  c.block_size = int(j["block_size"].integer(0, limits::kMaxBlockSize));
+  c.decode_us = j["decode_us"].number(0, kMaxMicros);
+  c.prefill_us = j["prefill_us"].number(0, kMaxMicros);
+  if (auto e = j.find("error")) c.error = e->string();
   return c;
+}
+
+std::string string_or(const json_file::Field& j, const std::string& key) {
+  const auto f = j.find(key);
+  return f ? f->string() : "";
+}
+
+/// Every field of the file typed and range-checked; errors name `what` and the field.
+TuningFile parse_tuning(const std::string& text, const std::string& what) {
+  const json doc = json_file::parse(text, what, kTuningLimits);
+  const json_file::Field j(doc, what);
+  j.object();
+  const json_file::Field format = j["format"];
+  if (format.integer(0, std::numeric_limits<int32_t>::max()) != kFormat)
+    format.fail(std::to_string(kFormat) + " (the format this attn reads)");
+  TuningFile f;
+  f.attn_version = j["attn_version"].string();
+  f.fingerprint = j["fingerprint"].string();
+  f.platform = string_or(j, "platform");
+  f.tuned_at = j["tuned_at"].string();
+  if (auto t = j.find("threads")) f.threads = int(t->integer(0, limits::kMaxThreads));
+  f.decode_shape = string_or(j, "decode_shape");
+  f.prefill_shape = string_or(j, "prefill_shape");
+  const json_file::Field configs = j["configs"];
+  const std::size_t n = configs.array(kMaxConfigs).size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const json_file::Field cj = configs[i];
+    TunedConfig c;
+    c.key = cj["key"].string();
+    const auto config = cj.find("config");
+    c.config_json = config ? config->object().dump() : "{}";
+    const json_file::Field choices = cj["choices"];
+    const std::size_t m = choices.array(kMaxChoices).size();
+    for (std::size_t k = 0; k < m; ++k) c.choices.push_back(choice_from(choices[k]));
+    f.configs.push_back(std::move(c));
+  }
+  return f;
 }
 
 struct Active {
@@ -128,39 +175,11 @@ std::string TuningFile::to_json() const {
   return j.dump(2);
 }
 
-TuningFile TuningFile::parse(const std::string& text) {
-  try {
-    const json j = json::parse(text);
-    const int format = j.at("format").get<int>();
-    if (format != kFormat)
-      throw Error("format=" + std::to_string(format) + " invalid: expected " + std::to_string(kFormat));
-    TuningFile f;
-    f.attn_version = j.at("attn_version").get<std::string>();
-    f.fingerprint = j.at("fingerprint").get<std::string>();
-    f.platform = j.value("platform", "");
-    f.tuned_at = j.at("tuned_at").get<std::string>();
-    f.threads = j.value("threads", 0);
-    f.decode_shape = j.value("decode_shape", "");
-    f.prefill_shape = j.value("prefill_shape", "");
-    for (const auto& cj : j.at("configs")) {
-      TunedConfig c;
-      c.key = cj.at("key").get<std::string>();
-      c.config_json = cj.value("config", json::object()).dump();
-      for (const auto& ch : cj.at("choices")) c.choices.push_back(choice_from(ch));
-      f.configs.push_back(std::move(c));
-    }
-    return f;
-  } catch (const json::exception& e) {
-    throw Error(std::string("tuning file JSON invalid: ") + e.what());
-  }
-}
+TuningFile TuningFile::parse(const std::string& text) { return parse_tuning(text, "tuning file"); }
 
 TuningFile TuningFile::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("tuning file '" + path + "' cannot be read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse(s.str());
+  const std::string what = "tuning file '" + path + "'";
+  return parse_tuning(json_file::read(path, what, kTuningLimits.max_bytes), what);
 }
 
 void TuningFile::save(const std::string& path) const {

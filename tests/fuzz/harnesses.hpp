@@ -23,6 +23,8 @@ int differential(const uint8_t* data, std::size_t size);
 /// Bytes → backend descriptors (any names, enums, size rules, callbacks that throw or return
 /// null) added to a fresh registry → one selection, its JSON, create() of the chosen backend.
 int plugin_descriptor(const uint8_t* data, std::size_t size);
+/// Bytes as a tuning file → TuningFile → written back and read again.
+int tuning_file(const uint8_t* data, std::size_t size);
 
 struct Harness {
   const char* name;  // also the folder of its seeds (corpus/<name>) and crash inputs (regressions/<name>)
@@ -35,6 +37,7 @@ inline constexpr Harness kHarnesses[] = {
     {"constructors", constructors},
     {"differential", differential},
     {"plugin_descriptor", plugin_descriptor},
+    {"tuning_file", tuning_file},
 };
 
 /// Largest buffer a harness asks for: sizes beyond it are legal but would only test the

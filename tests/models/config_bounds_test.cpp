@@ -54,8 +54,17 @@ TEST(ConfigBounds, NestedValueInAnIntegerFieldIsPreviewedNotDumped) {
 }
 
 TEST(ConfigBounds, NumberOutOfRangeNamesTheField) {
-  EXPECT_TRUE(throws_error([] { attn::parse_model_config(with_raw_field("rope_theta", "1e400"), "big"); },
-                           {"model 'big'", "not valid JSON (in field 'rope_theta')", "number overflow parsing '1e400'"}));
+  // 1e400 is valid JSON that no double holds: named as out of range, not as nlohmann's exception text.
+  const std::string big = error_message([] { attn::parse_model_config(with_raw_field("rope_theta", "1e400"), "big"); });
+  EXPECT_NE(big.find("model 'big': config field 'rope_theta'=1e400 invalid: out of range"), std::string::npos) << big;
+  EXPECT_EQ(big.find("json.exception"), std::string::npos) << big;
+  EXPECT_TRUE(throws_error([] { attn::parse_model_config(with_raw_field("rope_scaling", R"({"type":"yarn","factor":-1e400})"), "big"); },
+                           {"model 'big': config field 'rope_scaling.factor'=-1e400 invalid: out of range"}));
+  // After a nested object closes, a failure is placed in the outer field, not the inner one.
+  EXPECT_TRUE(throws_error([] { attn::parse_model_config(R"({"rope_scaling":{"factor":2},"x":[1,2e999]})", "big"); },
+                           {"field 'x'=2e999"}));
+  EXPECT_TRUE(throws_error([] { attn::parse_model_config(R"({"rope_scaling":{"factor":2}, 1})", "bad"); },
+                           {"model 'bad': config is not valid JSON (in field 'rope_scaling'): parse error at line 1", "syntax error"}));
   auto cfg = llama();
   cfg["hidden_size"] = 1e300;  // valid JSON, far out of an int's range: an error, not an undefined cast
   EXPECT_TRUE(throws_error([&] { attn::parse_model_config(cfg.dump(), "m"); }, {"'hidden_size'=1e+300", "an integer in 0..2^30"}));
@@ -135,6 +144,19 @@ TEST(ConfigBounds, OversizeFilesAreRefusedBeforeReading) {
   }
   EXPECT_TRUE(throws_error([&] { attn::load_model(p.string()); }, {p.string(), "16777217 bytes", "at most 16777216 bytes"}));
   fs::remove(p);
+}
+
+TEST(ConfigBounds, NonRegularFilesAreRefused) {
+  // load_model() takes only regular files as paths; the reader refuses the rest on its own as well.
+  for (const char* path : {"/dev/zero", "/dev/urandom"}) {
+    SCOPED_TRACE(path);
+    EXPECT_TRUE(throws_error([&] { attn::load_model(path); }, {"model='", "expected a config.json path"}));
+  }
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("attn_config_dir_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "config.json");
+  EXPECT_TRUE(throws_error([&] { attn::load_model(dir.string()); }, {"expected a config.json path"}));
+  fs::remove_all(dir);
 }
 
 TEST(ConfigBounds, LongStringValuesAreClippedInMessages) {
