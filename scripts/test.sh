@@ -3,7 +3,7 @@
 #   1. Release build: the whole GoogleTest suite (ctest) and the CLI smoke runs,
 #   2. AddressSanitizer + UBSan build: the whole suite with bounded case counts (ATTN_TEST_QUICK),
 #   3. ThreadSanitizer build: the selector's concurrency tests,
-#   4. libFuzzer harnesses (clang, ASan + UBSan): scripts/fuzz.sh, 45 s per harness,
+#   4. libFuzzer harnesses (clang, ASan + UBSan): scripts/fuzz.sh, 30 s per harness,
 #   5. the Python module (one wheel) and its pytest suite,
 #   6. attn inside vLLM: vLLM's CPU build in a venv of its own (scripts/install_vllm.py), attn's
 #      vLLM tests (python/tests_vllm) and vLLM's own attention-backend tests pointed at attn.
@@ -22,7 +22,7 @@ step "Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=ON -DATTN_BUILD_CLI=ON -DATTN_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
 step "Release tests"
-ctest --test-dir build --output-on-failure --no-tests=error -j1
+ctest --test-dir build --output-on-failure --no-tests=error -j"$JOBS"
 step "bench smoke (attn bench --quick)"
 ./build/attn bench --quick >/dev/null && echo "attn bench --quick: ok"
 
@@ -30,7 +30,7 @@ step "AddressSanitizer + UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=address,undefined -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 step "AddressSanitizer + UBSan tests"
-ATTN_TEST_QUICK=1 ATTN_TEST_LONG=0 ctest --test-dir build-asan --output-on-failure --no-tests=error -j1
+ATTN_TEST_QUICK=1 ATTN_TEST_LONG=0 ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$JOBS"
 
 step "ThreadSanitizer build (selector concurrency)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=thread -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_CLI=OFF -DATTN_WITH_CUDA=OFF >/dev/null
@@ -38,8 +38,8 @@ cmake --build build-tsan -j"$JOBS" --target attn_concurrency_tests
 step "ThreadSanitizer tests"
 ctest --test-dir build-tsan --output-on-failure --no-tests=error -R "^concurrency:"
 
-step "Fuzzing (scripts/fuzz.sh, 45 s per harness)"
-scripts/fuzz.sh 45
+step "Fuzzing (scripts/fuzz.sh, 30 s per harness)"
+scripts/fuzz.sh 30
 
 step "Python module"
 VLLM_VENV=${ATTN_VLLM_VENV:-build-vllm/venv}
@@ -61,4 +61,5 @@ PYTHONPATH=python/tests_vllm:build-vllm/vllm-src "$VLLM_VENV/bin/python" -m pyte
 vrc=$?
 set -e
 [[ $vrc -eq 5 ]] && { echo "vLLM pytest collected no tests"; exit 1; }
+echo "=== done in $((SECONDS / 60)) min $((SECONDS % 60)) s ==="
 exit $(( rc != 0 ? rc : vrc ))
