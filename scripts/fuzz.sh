@@ -14,7 +14,7 @@ JOBS=${JOBS:-$(nproc)}
 
 # Backends the harnesses never reach are left out: the fuzz build compiles everything with
 # coverage and two sanitizers, which is slow.
-CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_FUZZ=ON \
+CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DATTN_FUZZ=ON \
   -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_CLI=OFF -DATTN_WITH_CUDA=OFF \
   "-DATTN_SKIP_BACKENDS=cuda_flash;cpu_mla;cpu_sparse;cpu_blocksparse" >/dev/null
 targets=()
