@@ -74,11 +74,17 @@ nlohmann::json json_of(const Decision& d) {
 
 }  // namespace detail
 
-std::string to_json(const Capabilities& caps) { return detail::json_of(caps).dump(); }
-std::string to_json(const BackendDescriptor& backend, const Platform& platform) { return detail::json_of(backend, platform).dump(); }
-std::string to_json(const Candidate& candidate) { return detail::json_of(candidate).dump(); }
-std::string to_json(const Decision& decision) { return detail::json_of(decision).dump(); }
+namespace {
+// A plugin's summary or name may hold bytes that are not UTF-8 (a descriptor is the plugin's own
+// data): they print as U+FFFD instead of throwing nlohmann's type_error out of to_json.
+std::string dump_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+}  // namespace
+
+std::string to_json(const Capabilities& caps) { return dump_text(detail::json_of(caps)); }
+std::string to_json(const BackendDescriptor& backend, const Platform& platform) { return dump_text(detail::json_of(backend, platform)); }
+std::string to_json(const Candidate& candidate) { return dump_text(detail::json_of(candidate)); }
+std::string to_json(const Decision& decision) { return dump_text(detail::json_of(decision)); }
 std::string Decision::to_json() const { return attn::to_json(*this); }
-std::string layer_config_json(const LayerConfig& c) { return detail::json_of(c).dump(); }
+std::string layer_config_json(const LayerConfig& c) { return dump_text(detail::json_of(c)); }
 
 }  // namespace attn
