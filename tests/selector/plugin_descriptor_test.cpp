@@ -267,3 +267,20 @@ TEST(PluginDescriptor, PluginWhoseAddIsRefusedLeavesNothingBehind) {
 }
 
 }  // namespace
+
+#include "plugin/plugin_text.hpp"
+
+namespace {
+
+TEST(PluginText, OnlyWellFormedUtf8IsPlainText) {
+  using attn::detail::is_plain_text;
+  using attn::detail::plain_text;
+  EXPECT_TRUE(is_plain_text("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  // Overlong forms, a surrogate and a code point past U+10FFFF: JSON output refuses each.
+  for (const char* bad : {"a\xc0\x80", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80"}) {
+    EXPECT_FALSE(is_plain_text(bad)) << bad;
+    EXPECT_TRUE(is_plain_text(plain_text(bad))) << bad;
+  }
+}
+
+}  // namespace
