@@ -65,17 +65,19 @@ TEST(BenchCli, KvLayoutRunsTheShapesOnHndRowsAndRefusesOthers) {
 }
 
 TEST(BenchCli, RoundsReportMediansAndSayHowMany) {
-  // --rounds N measures ceilings and shapes N times; each figure is the median of its rounds.
+  // --rounds N measures ceilings and shapes N times; each shape's figure is the median of its
+  // rounds, each ceiling's p50 / p90 taken over every sample of every round.
   const BenchRun r = bench("--quick --json --rounds 3 --filter llama8b_decode_b1_ctx4096_bf16");
   ASSERT_EQ(r.rc, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_EQ(j.value("ceiling.rounds", 0), 3) << r.out;
-  EXPECT_NE(j.value("ceiling.statistic", std::string()).find("median of 3 rounds"), std::string::npos) << r.out;
+  EXPECT_NE(j.value("ceiling.statistic", std::string()).find("of every run of 3 rounds"), std::string::npos) << r.out;
+  EXPECT_EQ(j.value("ceiling.dram_read.samples", 0), 3 * (3 + 2 * 2)) << r.out;
   EXPECT_GT(j.value("llama8b_decode_b1_ctx4096_bf16.ms", 0.0), 0.0) << r.out;
   EXPECT_GT(j.value("llama8b_decode_b1_ctx4096_bf16.fraction_of_dram", 0.0), 0.0) << r.out;
   const BenchRun text = bench("--quick --rounds 2 --filter no_such_shape");
   ASSERT_EQ(text.rc, 0) << text.err;
-  EXPECT_NE(text.out.find("median of 2 rounds"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("of every run of 2 rounds"), std::string::npos) << text.out;
   const BenchRun bad = bench("--quick --rounds 0 --filter no_such_shape");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE((bad.out + bad.err).find("--rounds"), std::string::npos) << bad.out << bad.err;
@@ -101,6 +103,8 @@ TEST(BenchCli, TableNamesThePoolAndEachCeilingsInstruction) {
   EXPECT_NE(r.out.find("read, 1 thread"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp32 FMA"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("AMX bf16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cpu: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("p90"), std::string::npos) << r.out;
 }
 
 TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
@@ -114,8 +118,18 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
   const double dram = j["ceiling.dram_read_gbs"].get<double>();
   EXPECT_GT(dram, 0.0);
   EXPECT_GT(j["ceiling.dram_read_1thread_gbs"].get<double>(), 0.0);
-  for (const char* c : {"dram_read_1thread", "dram_read", "fp32_fma", "bf16_dot", "amx_bf16"})
-    EXPECT_FALSE(j[std::string("ceiling.") + c + "_instruction"].get<std::string>().empty()) << c;
+  for (const char* c : {"dram_read_1thread", "dram_read", "fp32_fma_1thread", "fp32_fma", "bf16_dot", "amx_bf16"}) {
+    const std::string k = std::string("ceiling.") + c;
+    EXPECT_FALSE(j[k + "_instruction"].get<std::string>().empty()) << c;
+    EXPECT_GE(j[k + ".p90"].get<double>(), j[k + ".p50"].get<double>()) << c;
+  }
+  // Two all-thread reads beside each of the two decode shapes join the start's samples.
+  EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * 2);
+  EXPECT_EQ(j["ceiling.dram_read.p50"].get<double>(), dram);
+  EXPECT_FALSE(j["ceiling.cpu"].get<std::string>().empty());
+  const double scaling = j["ceiling.core_scaling"].get<double>();
+  EXPECT_GT(scaling, 0.0);
+  EXPECT_EQ(j["ceiling.cores_shared"].get<bool>(), j["threads"].get<int>() > 1 && scaling < 0.85);
   const double peak = std::max(j["ceiling.fp32_fma_gflops"].get<double>(), j["ceiling.bf16_dot_gflops"].get<double>());
   EXPECT_DOUBLE_EQ(j["ceiling.matmul_peak_gflops"].get<double>(), peak);
 
@@ -124,22 +138,27 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     SCOPED_TRACE(s);
     EXPECT_EQ(j[s + ".pool"], j["ceiling.pool"]);
     EXPECT_GE(j[s + ".instances"].get<int>(), 2);  // a call never re-reads the previous call's KV
-    EXPECT_NEAR(j[s + ".fraction_of_dram"].get<double>(), j[s + ".kv_gbs"].get<double>() / dram, 1e-9);
-    EXPECT_NEAR(j[s + ".fraction_of_paged_read"].get<double>(),
-                j[s + ".kv_gbs"].get<double>() / j[s + ".paged_read_gbs"].get<double>(), 1e-9);
+    // Against the reads beside this shape's runs, and against the run's quiet (p90) read.
+    EXPECT_NEAR(j[s + ".fraction_of_dram"].get<double>(),
+                j[s + ".kv_gbs"].get<double>() / j[s + ".adjacent_dram_gbs"].get<double>(), 1e-9);
+    EXPECT_NEAR(j[s + ".fraction_of_dram_p90"].get<double>(),
+                j[s + ".kv_gbs"].get<double>() / j["ceiling.dram_read.p90"].get<double>(), 1e-9);
   }
   EXPECT_NEAR(j["fp8_vs_bf16.llama8b_decode_b1_ctx4096"].get<double>(),
               j[fp8 + ".ms"].get<double>() / j[bf16 + ".ms"].get<double>(), 1e-9);
   const std::string prefill = "llama8b_prefill_512_bf16";
   if (peak > 0) {
-    EXPECT_NEAR(j[prefill + ".fraction_of_matmul_peak"].get<double>(), j[prefill + ".gflops"].get<double>() / peak, 1e-9);
+    EXPECT_NEAR(j[prefill + ".fraction_of_matmul_peak"].get<double>(),
+                j[prefill + ".gflops"].get<double>() / j[prefill + ".adjacent_matmul_peak_gflops"].get<double>(), 1e-9);
+    EXPECT_NEAR(j[prefill + ".fraction_of_matmul_peak_p90"].get<double>(),
+                j[prefill + ".gflops"].get<double>() / j["ceiling.matmul_peak.p90"].get<double>(), 1e-9);
   }
 
   const std::string table = slurp(csv);
   fs::remove(csv);
   EXPECT_EQ(table.rfind("name,value\n", 0), 0u) << table;
   EXPECT_NE(table.find("ceiling.pool,"), std::string::npos) << table;
-  EXPECT_NE(table.find(bf16 + ".fraction_of_paged_read,"), std::string::npos) << table;
+  EXPECT_NE(table.find(bf16 + ".fraction_of_dram_p90,"), std::string::npos) << table;
 }
 
 TEST(BenchCli, StepOverheadFiguresAreConsistent) {

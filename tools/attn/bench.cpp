@@ -1,6 +1,6 @@
 // `attn bench`: cpu_flash on Llama-3.1-8B and gpt-oss-20b shapes (and a decode grid over head
-// size and GQA), as fractions of this machine's own measured ceilings (read bandwidth, matmul
-// peak, the paged read of each decode call's own KV) and as speed-ups over `reference`; then
+// size and GQA), as fractions of this machine's own ceilings sampled next to each kernel run
+// (read bandwidth for decode, matmul peak for prefill) and as speed-ups over `reference`; then
 // the MLA / sparse and mixer figure sets against the read bandwidth measured in the same run.
 #include "attn/limits.hpp"
 #include "bench.hpp"
@@ -22,24 +22,44 @@ namespace {
 
 using attn_bench::Shape;
 
-BenchCeilings measure_ceilings(int threads, bool quick) {
+BenchCeilings measure_ceilings(int threads, bool quick, attn_bench::ReadStream& dram) {
   BenchCeilings c;
   c.llc = attn_bench::last_level_cache();
   c.pool = attn_bench::choose_pool(quick);
   c.threads = threads;
   c.reps = quick ? 3 : 7;
+  c.cpu = attn_bench::cpu_identity().to_string();
   double load[1];
   if (getloadavg(load, 1) == 1) c.load_average = load[0];
   c.read_1t = attn_bench::read_bandwidth(1, c.pool.bytes, c.reps);
-  c.read_all = attn_bench::read_bandwidth(threads, c.pool.bytes, c.reps);
+  c.read_all.instruction = dram.instruction();
+  c.read_all.add(attn_bench::runs_after_warmup(c.reps, [&] { return dram.once(); }));
   c.read_write_all = attn_bench::read_write_bandwidth(threads, c.pool.bytes, c.reps);
+  c.fp32_fma_1t = attn_bench::fp32_fma(1, c.reps);
   c.fp32_fma = attn_bench::fp32_fma(threads, c.reps);
   c.bf16_dot = attn_bench::bf16_dot(threads, c.reps);
   c.amx_bf16 = attn_bench::amx_bf16(threads, c.reps);
   return c;
 }
 
-BenchRow measure_shape(const Shape& s, const BenchCeilings& c, bool quick) {
+/// Ceiling samples taken next to one shape's kernel runs, so both see the same machine: two
+/// all-thread reads (decode) or two matmul-peak runs (prefill). They join the run's samples.
+void sample_adjacent(bool decode, BenchCeilings& c, attn_bench::ReadStream& dram, std::vector<double>& adjacent) {
+  std::vector<double> runs;
+  if (decode) {
+    for (int i = 0; i < 2; ++i) runs.push_back(dram.once());
+    c.read_all.add(runs);
+  } else {
+    const bool dot = c.bf16_dot.value >= c.fp32_fma.value;
+    attn_bench::Ceiling& peak = dot ? c.bf16_dot : c.fp32_fma;
+    if (peak.value <= 0) return;
+    runs = (dot ? attn_bench::bf16_dot(c.threads, 2) : attn_bench::fp32_fma(c.threads, 2)).samples;
+    peak.add(runs);
+  }
+  adjacent.insert(adjacent.end(), runs.begin(), runs.end());
+}
+
+BenchRow measure_shape(const Shape& s, BenchCeilings& c, attn_bench::ReadStream& dram, bool quick) {
   const int reps = quick ? 3 : 9;
   BenchRow r;
   r.name = s.name;
@@ -47,20 +67,16 @@ BenchRow measure_shape(const Shape& s, const BenchCeilings& c, bool quick) {
   double flash_s = 0;
   {
     attn_bench::Workload w(s, "cpu_flash", c.threads, c.pool.bytes);
+    std::vector<double> adjacent;
+    sample_adjacent(is_decode(s), c, dram, adjacent);
     flash_s = w.median_seconds(reps);
+    sample_adjacent(is_decode(s), c, dram, adjacent);
+    r.adjacent_ceiling = attn_bench::quantile(adjacent, 0.5);
     r.variant = w.variant();
     r.instances = w.instances();
     r.ms = flash_s * 1e3;
-    if (is_decode(s)) {
-      r.figure = w.kv_bytes() / flash_s / 1e9;
-      r.fraction = r.figure / c.read_all.value;
-      const double read_s = w.paged_read_median_seconds(reps);
-      r.paged_read_gbs = w.kv_bytes() / read_s / 1e9;
-      r.fraction_of_paged_read = read_s / flash_s;
-    } else {
-      r.figure = w.useful_flops() / flash_s / 1e9;
-      r.fraction = c.matmul_peak() > 0 ? r.figure / c.matmul_peak() : 0;
-    }
+    r.figure = (is_decode(s) ? w.kv_bytes() : w.useful_flops()) / flash_s / 1e9;
+    r.fraction = r.adjacent_ceiling > 0 ? r.figure / r.adjacent_ceiling : 0;
   }
   // The reference is plain loops: one call on the same shape when it is affordable.
   const bool affordable = (is_decode(s) && double(s.batch) * s.context <= (quick ? 4096 : 16384)) ||
@@ -73,40 +89,43 @@ BenchRow measure_shape(const Shape& s, const BenchCeilings& c, bool quick) {
   return r;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double median(std::vector<double> v) { return attn_bench::quantile(std::move(v), 0.5); }
 
-/// One result from several rounds: each number the median of its rounds (fractions were taken
-/// within each round, against that round's ceilings); the load average the highest seen.
-BenchResults median_of_rounds(const std::vector<BenchResults>& rounds) {
+/// One result from several rounds: the ceilings over every sample of every round; each row's
+/// numbers the median of its rounds (fractions were taken within each round, against the
+/// samples adjacent to that kernel run); the load average the highest seen.
+BenchResults merge_rounds(const std::vector<BenchResults>& rounds) {
   BenchResults out = rounds.front();
-  auto med = [&](auto get) {
-    std::vector<double> v;
-    for (const BenchResults& r : rounds) v.push_back(get(r));
-    return median(v);
-  };
   BenchCeilings& c = out.ceilings;
   c.rounds = int(rounds.size());
-  for (const BenchResults& r : rounds) c.load_average = std::max(c.load_average, r.ceilings.load_average);
-  c.read_1t.value = med([](const BenchResults& r) { return r.ceilings.read_1t.value; });
-  c.read_all.value = med([](const BenchResults& r) { return r.ceilings.read_all.value; });
-  c.read_write_all.value = med([](const BenchResults& r) { return r.ceilings.read_write_all.value; });
-  c.fp32_fma.value = med([](const BenchResults& r) { return r.ceilings.fp32_fma.value; });
-  c.bf16_dot.value = med([](const BenchResults& r) { return r.ceilings.bf16_dot.value; });
-  c.amx_bf16.value = med([](const BenchResults& r) { return r.ceilings.amx_bf16.value; });
+  for (std::size_t k = 1; k < rounds.size(); ++k) {
+    const BenchCeilings& r = rounds[k].ceilings;
+    c.load_average = std::max(c.load_average, r.load_average);
+    c.read_1t.add(r.read_1t.samples);
+    c.read_all.add(r.read_all.samples);
+    c.read_write_all.add(r.read_write_all.samples);
+    c.fp32_fma_1t.add(r.fp32_fma_1t.samples);
+    c.fp32_fma.add(r.fp32_fma.samples);
+    c.bf16_dot.add(r.bf16_dot.samples);
+    c.amx_bf16.add(r.amx_bf16.samples);
+  }
   for (std::size_t i = 0; i < out.rows.size(); ++i) {
     BenchRow& row = out.rows[i];
-    auto field = [&](auto get) { return med([&](const BenchResults& r) { return get(r.rows[i]); }); };
+    auto field = [&](auto get) {
+      std::vector<double> v;
+      for (const BenchResults& r : rounds) v.push_back(get(r.rows[i]));
+      return median(v);
+    };
     row.ms = field([](const BenchRow& x) { return x.ms; });
     row.figure = field([](const BenchRow& x) { return x.figure; });
     row.fraction = field([](const BenchRow& x) { return x.fraction; });
-    if (row.paged_read_gbs) row.paged_read_gbs = field([](const BenchRow& x) { return x.paged_read_gbs.value_or(0); });
-    if (row.fraction_of_paged_read)
-      row.fraction_of_paged_read = field([](const BenchRow& x) { return x.fraction_of_paged_read.value_or(0); });
+    row.adjacent_ceiling = field([](const BenchRow& x) { return x.adjacent_ceiling; });
     if (row.vs_reference) row.vs_reference = field([](const BenchRow& x) { return x.vs_reference.value_or(0); });
+  }
+  // Against a quiet moment of the same machine: the 90th percentile of the whole run's samples.
+  for (BenchRow& row : out.rows) {
+    const double p90 = row.kind == "decode" ? c.read_all.p90 : c.matmul_peak_p90();
+    row.fraction_p90 = p90 > 0 ? row.figure / p90 : 0;
   }
   return out;
 }
@@ -129,20 +148,21 @@ int run_bench(const BenchOptions& o) {
   // Rounds one after the other, each with its own ceilings: a machine whose bandwidth drifts
   // (shared hosts) moves a round's ceilings and shapes together, so within-round fractions hold.
   std::vector<BenchResults> rounds;
+  attn_bench::ReadStream dram(threads, attn_bench::choose_pool(o.quick).bytes);
   for (int round = 0; round < o.rounds; ++round) {
     log(o.rounds > 1 ? "round " + std::to_string(round + 1) + " of " + std::to_string(o.rounds) + ": measuring ceilings...\n"
                      : "measuring ceilings...\n");
     BenchResults& res = rounds.emplace_back();
-    res.ceilings = measure_ceilings(threads, o.quick);
+    res.ceilings = measure_ceilings(threads, o.quick, dram);
     for (Shape s : bench_shapes(o.quick)) {
       if (!o.filter.empty() && s.name.find(o.filter) == std::string::npos) continue;
       if (o.kv_layout == "HND") s.layout = attn::KVLayout::HND;  // the row layout, for side-by-side runs
       log("  " + s.name + " ...");
-      res.rows.push_back(measure_shape(s, res.ceilings, o.quick));
+      res.rows.push_back(measure_shape(s, res.ceilings, dram, o.quick));
       log(std::string(" ") + std::to_string(res.rows.back().ms) + " ms\n");
     }
   }
-  BenchResults res = median_of_rounds(rounds);
+  BenchResults res = merge_rounds(rounds);
   res.sets = run_figure_sets(o.filter, o.quick, res.ceilings.read_all.value, res.ceilings.read_write_all.value, threads,
                              [&](const std::string& name) { log("  " + name + " figures ...\n"); });
 

@@ -3,7 +3,7 @@
 # per-ISA files get their flags there: source properties are per directory).
 file(GLOB ATTN_BENCH_KIT_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_LIST_DIR}/bench_kit.cpp ${CMAKE_CURRENT_LIST_DIR}/bench_pool.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/bench_ceilings.cpp ${CMAKE_CURRENT_LIST_DIR}/bench_paged.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/bench_ceilings.cpp ${CMAKE_CURRENT_LIST_DIR}/bench_cpu.cpp ${CMAKE_CURRENT_LIST_DIR}/bench_paged.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bench_simd*.cpp ${CMAKE_CURRENT_LIST_DIR}/bench_amx*.cpp)
 if(NOT TARGET attn_bench_kit)
   attn_apply_isa_flags(${ATTN_BENCH_KIT_SOURCES})

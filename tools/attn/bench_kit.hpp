@@ -33,13 +33,38 @@ struct Pool {
 /// Full run: 4× the LLC (1 GiB when it is unknown). Quick: at most 64 MiB, labelled by the rule.
 Pool choose_pool(bool quick);
 
-/// A measured ceiling: the median of timed runs and the instruction stream that was timed.
+/// A measured ceiling: every timed run kept, so a shared machine's spread shows. `value` is the
+/// median (the statistic the kernels get), `p90` the 90th percentile (what a quiet moment of
+/// the same machine gives).
 struct Ceiling {
   double value = 0;          // GB/s or GFLOP/s; 0 = not available on this machine
+  double p90 = 0;
+  std::vector<double> samples;
   std::string instruction;   // "vfmadd231ps zmm", or why it is unavailable
+  /// Adds runs and recomputes the median and 90th percentile over all of them.
+  void add(const std::vector<double>& runs);
 };
 
-/// Streaming read (integer sum, 8 accumulators) of disjoint slices of a `bytes` buffer, GB/s.
+/// The q-quantile (0..1) of `v` by linear interpolation between order statistics; 0 when empty.
+double quantile(std::vector<double> v, double q);
+
+/// A streaming read (integer sum, 8 accumulators) over disjoint per-thread slices of a buffer
+/// allocated and first-touched once, so it can be sampled between kernel runs cheaply.
+class ReadStream {
+ public:
+  ReadStream(int threads, std::size_t bytes);
+  /// GB/s of one pass over the whole buffer.
+  double once();
+  int threads() const { return threads_; }
+  const char* instruction() const;
+
+ private:
+  int threads_;
+  std::size_t per_;
+  attn::Buffer storage_;
+};
+
+/// `reps` passes of a streaming read after one warm-up, GB/s.
 Ceiling read_bandwidth(int threads, std::size_t bytes, int reps);
 /// In-place read-modify-write stream of disjoint slices, GB/s of bytes read + written: the
 /// ceiling for kernels that update state in place (the mixers' decode).
@@ -52,14 +77,40 @@ Ceiling bf16_dot(int threads, int reps);
 /// or the OS does not grant tile data.
 Ceiling amx_bf16(int threads, int reps);
 
-/// Median of `reps` results of `once()` after one warm-up call (the statistic every figure gets).
+/// This CPU named from its cpuid vendor, family and model numbers (never from the brand string
+/// alone): "AMD family 0x1a model 0x02 (Zen 5), AMD EPYC 9R45".
+struct CpuIdentity {
+  std::string vendor, brand, microarchitecture;  // microarchitecture "" when the table lacks it
+  unsigned family = 0, model = 0;
+  std::string to_string() const;
+};
+const CpuIdentity& cpu_identity();
+/// The microarchitecture of a (vendor, family, model), or "" when unknown.
+std::string microarchitecture(const std::string& vendor, unsigned family, unsigned model);
+
+/// Rows of one paged work item, in bytes: K row r of token t in block b sits at
+/// base + b·block_stride + t·token_stride + head_offset, its V row v_offset further on.
+struct PagedRows {
+  const std::byte* base = nullptr;
+  const int32_t* blocks = nullptr;
+  int32_t block_size = 0, begin = 0, end = 0;
+  int64_t block_stride = 0, token_stride = 0, head_offset = 0, v_offset = 0;
+  int32_t k_bytes = 0, v_bytes = 0;
+};
+
+/// The results of `reps` calls of `once()` after one warm-up call.
 template <class F>
-double median_after_warmup(int reps, F once) {
+std::vector<double> runs_after_warmup(int reps, F once) {
   once();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) t.push_back(once());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t;
+}
+
+/// Median of `reps` results of `once()` after one warm-up call (the statistic every figure gets).
+template <class F>
+double median_after_warmup(int reps, F once) {
+  return quantile(runs_after_warmup(reps, once), 0.5);
 }
 
 struct Shape {
@@ -86,11 +137,8 @@ class Workload {
   double run_once();
   /// Median seconds over `reps` calls after one warm-up.
   double median_seconds(int reps);
-  /// Median seconds of a pure read of exactly the KV rows one decode call reads, in the cache's
-  /// block order, split per (sequence, kv head, 1024 keys) over the threads (bench_paged.cpp).
-  double paged_read_median_seconds(int reps);
-  /// The work items of that read for instance `i`: one per (sequence, kv head, 1024-key split)
-  /// as cpu_flash's plan cuts decode, largest first.
+  /// The work items of one decode call on instance `i`: one per (sequence, kv head, 1024-key
+  /// split) as cpu_flash's plan cuts decode, largest first (bench_paged.cpp).
   std::vector<PagedRows> paged_rows(std::size_t i) const;
   /// The instance the next call reads (advances the rotation every timed call shares).
   std::size_t take_instance() { return next_++ % md_.size(); }
@@ -101,15 +149,12 @@ class Workload {
   std::string variant() const;
 
  private:
-  double paged_read_once();
-
   Shape shape_;
   int threads_ = 0;
   attn::LayerParams params_;
   std::unique_ptr<attn::AttentionImpl> impl_;
   std::unique_ptr<attn::KVCache> cache_;
   std::vector<attn::BatchMetadata> md_;
-  std::vector<std::vector<PagedRows>> items_;  // per instance, built on first use
   attn::Buffer q_, out_;
   std::size_t next_ = 0;
   double kv_bytes_ = 0, flops_ = 0;

@@ -1,23 +1,15 @@
-// The paged-read ceiling of a decode shape: the KV rows one call reads, in the cache's block
-// order, cut the way cpu_flash's plan cuts decode (per sequence, kv head and 1024-key split at
-// absolute positions when the range is longer than one split, largest first, dynamic
-// schedule), summed on the same threads. Nothing
-// is computed, so it is the fastest read of the kernel's own layout.
-#include <omp.h>
-
+// The work items of a decode call: the KV rows one call reads, in the cache's block order, cut
+// the way cpu_flash's plan cuts decode (per sequence, kv head and 1024-key split at absolute
+// positions when the range is longer than one split, largest first). bench/attn_decode_stages
+// times each stage of the kernel over exactly these items.
 #include <algorithm>
-#include <chrono>
 
-#include "attn/limits.hpp"
 #include "bench_kit.hpp"
-#include "bench_simd.hpp"
 
 namespace attn_bench {
 namespace {
 
 constexpr int32_t kSplit = 1024;  // cpu_flash's Tiling::split_len
-
-using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -48,27 +40,6 @@ std::vector<PagedRows> Workload::paged_rows(std::size_t i) const {
   std::stable_sort(items.begin(), items.end(),
                    [](const PagedRows& a, const PagedRows& b) { return a.end - a.begin > b.end - b.begin; });
   return items;
-}
-
-double Workload::paged_read_once() {
-  const std::size_t i = take_instance();
-  if (items_.size() != md_.size()) items_.resize(md_.size());
-  if (items_[i].empty()) items_[i] = paged_rows(i);
-  const std::vector<PagedRows>& items = items_[i];
-  const SimdKernels& k = simd();
-  const int threads = attn::team_size(threads_);
-  uint64_t total = 0;
-  const auto t0 = Clock::now();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : total)
-  for (std::size_t j = 0; j < items.size(); ++j) total += k.paged_sum(items[j]);
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  volatile uint64_t sink = total;
-  (void)sink;
-  return seconds;
-}
-
-double Workload::paged_read_median_seconds(int reps) {
-  return median_after_warmup(reps, [this] { return paged_read_once(); });
 }
 
 }  // namespace attn_bench

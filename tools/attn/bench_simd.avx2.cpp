@@ -1,9 +1,7 @@
 // AVX2 ceilings: ymm loads summed with vpaddd and vfmadd231ps ymm chains (no bf16 dot here).
 #include <algorithm>
-#include <cstring>
 
 #include "bench_chains.hpp"
-#include "bench_paged_rows.hpp"
 #include "bench_simd.hpp"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -32,28 +30,6 @@ uint64_t read_sum(const void* p, std::size_t bytes) {
   return reduce(a);
 }
 
-// K rows into a[0..3], V rows into a[4..7]; a tail under 32 bytes is read 8 bytes at a time.
-inline void add_row(__m256i* a, uint64_t& tail, const std::byte* p, int32_t bytes) {
-  int j = 0;
-  int32_t off = 0;
-  for (; off + 32 <= bytes; off += 32, j = (j + 1) & 3)
-    a[j] = _mm256_add_epi32(a[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + off)));
-  for (; off + 8 <= bytes; off += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + off, 8);
-    tail += w;
-  }
-}
-
-uint64_t paged_sum(const PagedRows& r) {
-  __m256i a[8];
-  for (auto& x : a) x = _mm256_setzero_si256();
-  uint64_t tail = 0;
-  walk_paged_rows(
-      r, [&](const std::byte* k, const std::byte* v) { add_row(a, tail, k, r.k_bytes), add_row(a + 4, tail, v, r.v_bytes); });
-  return reduce(a) + tail;
-}
-
 // 12 chains (> latency 4 × 2 per cycle) leave room for the operands in the 16 ymm registers.
 constexpr int kChains = 12;
 
@@ -66,7 +42,7 @@ double fma(long iters) {
   return double(iters) * kChains * 8 * 2;
 }
 
-const SimdKernels kTable{"ymm loads + vpaddd", read_sum, paged_sum, "vfmadd231ps ymm", fma, "", nullptr};
+const SimdKernels kTable{"ymm loads + vpaddd", read_sum, "vfmadd231ps ymm", fma, "", nullptr};
 
 }  // namespace
 

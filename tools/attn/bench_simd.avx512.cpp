@@ -2,7 +2,6 @@
 #include <algorithm>
 
 #include "bench_chains.hpp"
-#include "bench_paged_rows.hpp"
 #include "bench_simd.hpp"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
@@ -32,23 +31,6 @@ uint64_t read_sum(const void* p, std::size_t bytes) {
   return lanes_sum(a[0]);
 }
 
-// K rows into a[0..3], V rows into a[4..7]; a row shorter than 64 bytes is a masked load.
-inline void add_row(__m512i* a, const std::byte* p, int32_t bytes) {
-  int j = 0;
-  int32_t off = 0;
-  for (; off + 64 <= bytes; off += 64, j = (j + 1) & 3) a[j] = _mm512_add_epi32(a[j], _mm512_loadu_si512(p + off));
-  if (off < bytes) a[j] = _mm512_add_epi32(a[j], _mm512_maskz_loadu_epi8(~0ull >> (64 - (bytes - off)), p + off));
-}
-
-uint64_t paged_sum(const PagedRows& r) {
-  __m512i a[8];
-  for (auto& x : a) x = _mm512_setzero_si512();
-  walk_paged_rows(
-      r, [&](const std::byte* k, const std::byte* v) { add_row(a, k, r.k_bytes), add_row(a + 4, v, r.v_bytes); });
-  for (int j = 1; j < 8; ++j) a[0] = _mm512_add_epi32(a[0], a[j]);
-  return lanes_sum(a[0]);
-}
-
 // 24 chains: more than latency × instructions per cycle (4 × 2 for FMA, up to 6 × 2 for the bf16 dot)
 // on current cores, and with the two operands still inside the 32 zmm registers.
 constexpr int kChains = 24;
@@ -70,7 +52,7 @@ double dot_bf16(long iters) {
   return double(iters) * kChains * 64;  // 32 bf16 products and their adds into 16 lanes
 }
 
-const SimdKernels kTable{"zmm loads + vpaddd", read_sum, paged_sum, "vfmadd231ps zmm", fma, "vdpbf16ps zmm", dot_bf16};
+const SimdKernels kTable{"zmm loads + vpaddd", read_sum, "vfmadd231ps zmm", fma, "vdpbf16ps zmm", dot_bf16};
 
 }  // namespace
 

@@ -2,10 +2,8 @@
 #include "bench_simd.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "attn/platform.hpp"
-#include "bench_paged_rows.hpp"
 #include "cpu/isa.hpp"
 
 namespace attn_bench {
@@ -21,24 +19,7 @@ uint64_t read_sum(const void* p, std::size_t bytes) {
   return s;
 }
 
-void add_row(uint64_t* a, const std::byte* p, int32_t bytes) {
-  for (int32_t off = 0; off + 8 <= bytes; off += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + off, 8);
-    a[(off / 8) & 3] += w;
-  }
-}
-
-uint64_t paged_sum(const PagedRows& r) {
-  uint64_t a[8] = {};
-  walk_paged_rows(
-      r, [&](const std::byte* k, const std::byte* v) { add_row(a, k, r.k_bytes), add_row(a + 4, v, r.v_bytes); });
-  uint64_t s = 0;
-  for (uint64_t x : a) s += x;
-  return s;
-}
-
-const SimdKernels kPortable{"64-bit scalar loads", read_sum, paged_sum, "none (no FMA unit found)", nullptr, "", nullptr};
+const SimdKernels kPortable{"64-bit scalar loads", read_sum, "none (no FMA unit found)", nullptr, "", nullptr};
 
 }  // namespace
 
