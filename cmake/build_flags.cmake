@@ -13,11 +13,13 @@ target_compile_options(attn_warnings INTERFACE
 
 add_library(attn_sanitizers INTERFACE)
 if(ATTN_FUZZ)
-  # The library gets coverage instrumentation and the sanitizers; only the harness executables
-  # link libFuzzer's main (tests/fuzz/CMakeLists.txt).
-  target_compile_options(attn_sanitizers INTERFACE
-    "$<${ATTN_HOST_LANGUAGES}:-fsanitize=fuzzer-no-link,address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>")
-  target_link_options(attn_sanitizers INTERFACE -fsanitize=address,undefined)
+  # Coverage instrumentation for libFuzzer, on top of the sanitizers (ASan + UBSan unless
+  # ATTN_SANITIZE names others); only the harness executables link libFuzzer's main
+  # (tests/fuzz/CMakeLists.txt), so the GoogleTest suite can share the build (scripts/test.sh).
+  if(NOT ATTN_SANITIZE)
+    set(ATTN_SANITIZE address,undefined)
+  endif()
+  target_compile_options(attn_sanitizers INTERFACE "$<${ATTN_HOST_LANGUAGES}:-fsanitize=fuzzer-no-link>")
 endif()
 if(ATTN_SANITIZE)
   target_compile_options(attn_sanitizers INTERFACE

@@ -199,7 +199,8 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
   for (int b : blocks) add("block_size=" + std::to_string(b), [&](CaseSpec& s) { s.block_size = b; });
 
   // GQA group sizes 1, 4, 8 and MQA.
-  for (auto [h, kv] : std::vector<std::pair<int, int>>{{4, 4}, {8, 2}, {16, 2}, {8, 1}}) {
+  for (const auto& [heads_q, heads_kv] : std::vector<std::pair<int, int>>{{4, 4}, {8, 2}, {16, 2}, {8, 1}}) {
+    const int h = heads_q, kv = heads_kv;  // plain copies: clang 14 lambdas cannot capture bindings
     if (quick && h == 16) continue;
     add("gqa " + std::to_string(h) + ":" + std::to_string(kv), [&](CaseSpec& s) {
       s.config.num_heads = h;

@@ -81,9 +81,10 @@ TEST(TuningFileBounds, FormatMustBeTheIntegerOne) {
       {"2", "'format'=2 invalid: expected 1"},
       {"1e400", "'format'=1e400 invalid: out of range"},
   };
-  for (const auto& [value, fragment] : cases) {
+  for (const auto& c : cases) {
+    const auto& value = c.first;  // a plain name: clang 14 lambdas cannot capture bindings
     SCOPED_TRACE(value);
-    EXPECT_TRUE(throws_error([&] { TuningFile::parse(with_raw_field("format", value)); }, {"tuning file field", fragment}));
+    EXPECT_TRUE(throws_error([&] { TuningFile::parse(with_raw_field("format", value)); }, {"tuning file field", c.second}));
   }
   EXPECT_NO_THROW(TuningFile::parse(with_raw_field("format", "1.0")));
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "attn/numeric.hpp"
@@ -14,16 +15,33 @@ namespace {
 
 using namespace attn;
 
+// An independent binary16 definition: the compiler's _Float16 (g++, clang >= 15); clang 14 lacks
+// it on x86 without AVX512-FP16 (and its __fp16 needs compiler-rt), so there the F16C
+// instructions convert (round to nearest even), which every AVX2 machine has.
+#if defined(__clang__) && __clang_major__ < 15 && defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("f16c"))) float compiler_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) uint16_t compiler_float_to_half(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#else
+float compiler_half_to_float(uint16_t h) {
+  _Float16 x;
+  std::memcpy(&x, &h, 2);
+  return float(x);
+}
+uint16_t compiler_float_to_half(float f) {
+  const _Float16 h = _Float16(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+#endif
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // --- independent decoders -------------------------------------------------------------------
 
-float f16_decode_ref(uint16_t h) {
-  _Float16 x;
-  std::memcpy(&x, &h, 2);
-  return float(x);
-}
+float f16_decode_ref(uint16_t h) { return compiler_half_to_float(h); }
 
 // OCP FP8: e4m3fn (bias 7, no inf, S.1111.111 = NaN) and e5m2 (bias 15, IEEE-like inf / NaN).
 double fp8_decode_ref(uint8_t v, int exp_bits, int man_bits, bool ieee_specials) {
@@ -137,9 +155,7 @@ TEST(NumericF16, EncodeMatchesCompilerFloat16OnASweepOfFloats) {
   // Every 4099th float32 bit pattern (~1M values) covers normals, subnormals, overflow and NaN.
   for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
     const float f = bits_f32(uint32_t(u));
-    const _Float16 h = _Float16(f);
-    uint16_t want;
-    std::memcpy(&want, &h, 2);
+    const uint16_t want = compiler_float_to_half(f);
     const uint16_t got = f32_to_f16(f);
     if (std::isnan(f)) ASSERT_TRUE(std::isnan(f16_to_f32(got))) << std::hex << u;
     else ASSERT_EQ(got, want) << "float bits 0x" << std::hex << u;
