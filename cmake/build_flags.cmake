@@ -15,7 +15,7 @@ add_library(attn_sanitizers INTERFACE)
 if(ATTN_FUZZ)
   # Coverage instrumentation for libFuzzer, on top of the sanitizers (ASan + UBSan unless
   # ATTN_SANITIZE names others); only the harness executables link libFuzzer's main
-  # (tests/fuzz/CMakeLists.txt), so the GoogleTest suite can share the build (scripts/test.sh).
+  # (tests/fuzz/CMakeLists.txt), so a tree can build the GoogleTest suite beside them.
   if(NOT ATTN_SANITIZE)
     set(ATTN_SANITIZE address,undefined)
   endif()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz, clang with ASan + UBSan) in build-fuzz/ and runs
 # each for the given seconds (default 60), starting from its seed corpus. ATTN_FUZZ_BUILD_DIR names
-# a tree already configured with clang and -DATTN_FUZZ=ON instead (the test command's sanitizer
-# build, which builds the harnesses beside the GoogleTest suite). Prints executions per
+# a tree already configured with clang and -DATTN_FUZZ=ON to use instead (such a tree may build
+# the GoogleTest suite too). Prints executions per
 # harness; fails on any crash, leak, timeout or sanitizer report (the input is saved as
 # <build>/crashes/<harness>/crash-*: add it to tests/fuzz/regressions/<harness>/).
 #   scripts/fuzz.sh [seconds] [harness ...]

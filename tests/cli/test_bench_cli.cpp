@@ -123,7 +123,7 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     EXPECT_FALSE(j[k + "_instruction"].get<std::string>().empty()) << c;
     EXPECT_GE(j[k + ".p90"].get<double>(), j[k + ".p50"].get<double>()) << c;
   }
-  // Two all-thread reads beside each of the two decode shapes join the start's samples.
+  // Two all-thread reads before and two after each of the two decode shapes join the start's samples.
   EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * 2);
   EXPECT_EQ(j["ceiling.dram_read.p50"].get<double>(), dram);
   EXPECT_FALSE(j["ceiling.cpu"].get<std::string>().empty());

@@ -42,8 +42,9 @@ BenchCeilings measure_ceilings(int threads, bool quick, attn_bench::ReadStream& 
   return c;
 }
 
-/// Ceiling samples taken next to one shape's kernel runs, so both see the same machine: two
-/// all-thread reads (decode) or two matmul-peak runs (prefill). They join the run's samples.
+/// Ceiling samples taken next to one shape's kernel runs (called before and after them), so both
+/// see the same machine: two all-thread reads (decode) or two matmul-peak runs (prefill) per
+/// call. They join the run's samples.
 void sample_adjacent(bool decode, BenchCeilings& c, attn_bench::ReadStream& dram, std::vector<double>& adjacent) {
   std::vector<double> runs;
   if (decode) {

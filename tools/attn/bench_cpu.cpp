@@ -2,7 +2,6 @@
 // little ("AMD EPYC"), and a figure is only comparable with another machine's when both name the
 // microarchitecture the same way.
 #include <cstdio>
-#include <cstring>
 
 #include "attn/platform.hpp"
 #include "bench_kit.hpp"

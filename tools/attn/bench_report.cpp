@@ -44,7 +44,7 @@ nlohmann::ordered_json bench_json(const BenchResults& r) {
   j["ceiling.llc_bytes"] = c.llc.bytes;
   j["ceiling.llc_source"] = c.llc.source;
   j["ceiling.statistic"] = "median (p50) and 90th percentile (p90) of every run of " + rounds_text(c.rounds) + ": " +
-                           std::to_string(c.reps) + " at the start of each, two beside each shape's kernel runs";
+                           std::to_string(c.reps) + " at the start of each, two before and two after each shape's kernel runs";
   j["ceiling.rounds"] = c.rounds;
   j["ceiling.load_average"] = c.load_average;
   j["ceiling.cpu"] = c.cpu;
@@ -93,7 +93,8 @@ void print_bench_table(const BenchResults& r) {
   else
     std::printf(" (< 4x LLC): bandwidth figures are CACHE figures, not DRAM\n");
   std::printf("cpu: %s\n", c.cpu.c_str());
-  std::printf("ceilings (%d threads; p50 / p90 of every run of %s: %d at the start of each, two beside each shape):\n",
+  std::printf("ceilings (%d threads; p50 / p90 of every run of %s: %d at the start of each, two before and two after "
+              "each shape):\n",
               c.threads, rounds_text(c.rounds).c_str(), c.reps);
   // Other processes on the cores lower every figure, the ceilings included.
   if (c.load_average > c.threads)
