@@ -5,8 +5,8 @@ set -euo pipefail
 
 # clang, libclang-rt-14-dev (libFuzzer, ASan and UBSan runtimes) and libomp-dev (clang's OpenMP)
 # build the sanitizer suite and the fuzz harnesses (scripts/test.sh, scripts/fuzz.sh); ninja-build
-# schedules the builds.
-APT_PACKAGES=(cmake g++ make ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+# schedules the builds; ccache lets the Python wheel reuse the Release build's objects.
+APT_PACKAGES=(cmake g++ make ninja-build ccache pkg-config libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
               clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, then builds and runs every test:
 #   1. Release build: the whole GoogleTest suite (ctest) and the CLI smoke runs,
-#   2. AddressSanitizer + UBSan build: the whole suite with bounded case counts (ATTN_TEST_QUICK),
+#   2. AddressSanitizer + UBSan build (clang): the whole suite with bounded case counts (ATTN_TEST_QUICK),
 #   3. ThreadSanitizer build: the selector's concurrency tests,
 #   4. libFuzzer harnesses (clang, ASan + UBSan): scripts/fuzz.sh, 30 s per harness,
 #   5. the Python module (one wheel) and its pytest suite,
@@ -20,9 +20,16 @@ PYTHON=${PYTHON:-python3}
 # Each step prints the minutes the run has taken so far: CI must stay well inside its time.
 step() { echo; echo "=== $* === ($((SECONDS / 60)) min $((SECONDS % 60)) s so far)"; }
 
+# ccache (setup.sh installs it): the wheel's libattn, built below by scikit-build-core, is the Release
+# build's objects again. A cache key holds the compiler's name, the flags and paths relative to
+# CCACHE_BASEDIR, so both trees name g++, pass -Werror and sit one folder deep (build/, build-wheel/).
+export CCACHE_BASEDIR=$PWD
+LAUNCHER=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+command -v ccache >/dev/null || LAUNCHER=
+
 step "Release build"
 # CUDA for one architecture (sm_90): nothing runs CUDA here, the build checks that it compiles.
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=ON -DATTN_BUILD_CLI=ON -DATTN_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+CXX=g++ cmake -S . -B build $LAUNCHER -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=ON -DATTN_BUILD_CLI=ON -DATTN_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build build -j"$JOBS"
 step "Release tests"
 ctest --test-dir build --output-on-failure --no-tests=error -j"$JOBS"
@@ -31,11 +38,11 @@ step "bench smoke (attn bench --quick)"
 
 # Sanitizer builds at -O1 (what the sanitizers recommend) with line tables only (-g1): enough for
 # the reports' stack traces, and much faster to compile than -O2 -g (the ASan build took 41 min).
-# g++ here: clang compiles these sources in about half the time, but a clang tree that also
-# builds the fuzz harnesses (coverage on every edge) ran the suite several times slower.
+# The ASan + UBSan tree is clang's: it compiles these sources in about half g++'s time. It is not
+# the fuzz harnesses' tree: their coverage on every edge made the suite several times slower.
 SANITIZER_OPT="-O1 -g1 -DNDEBUG"
-step "AddressSanitizer + UBSan build"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=address,undefined -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
+step "AddressSanitizer + UBSan build (clang)"
+CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=address,undefined -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 step "AddressSanitizer + UBSan tests"
 ATTN_TEST_QUICK=1 ATTN_TEST_LONG=0 ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$JOBS"
@@ -51,7 +58,8 @@ scripts/fuzz.sh 30
 
 step "Python module"
 VLLM_VENV=${ATTN_VLLM_VENV:-build-vllm/venv}
-"$PYTHON" -m pip wheel -q --no-build-isolation --no-deps . -w build-py/dist
+CXX=g++ "$PYTHON" -m pip wheel -q --no-build-isolation --no-deps -C build-dir=build-wheel -C cmake.define.ATTN_WERROR=ON \
+  ${LAUNCHER:+-C "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache"} . -w build-py/dist
 WHEEL=$(ls -t build-py/dist/attn-*.whl | head -1)
 "$PYTHON" -m pip install -q --force-reinstall --no-deps "$WHEEL"
 set +e

@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (scripts/setup.sh installs it)")
 
+import attn  # noqa: E402
 import attn.integrations.transformers  # noqa: E402,F401  (registers "attn")
 from attn.integrations.transformers import AttnCache  # noqa: E402
 
@@ -127,6 +128,23 @@ def test_crop_then_continue_matches_eager():
         got = ours(ids[:, 14:], cache=cache, use_cache=True).logits
         want = eager(ids).logits[:, 14:]
     assert (got - want).abs().max().item() <= 1e-4
+
+
+def test_thread_count_changes_between_steps_and_bad_counts_are_named():
+    eager, ours = build("gemma2", "eager"), build("gemma2", "attn")
+    ids = torch.randint(0, 128, (2, 15), generator=torch.Generator().manual_seed(10))
+    cache = AttnCache(num_threads=1)
+    with torch.no_grad():
+        logits = [ours(ids[:, :12], cache=cache, use_cache=True).logits]
+        for t, threads in zip(range(12, 15), (2, 0, 1)):
+            cache.num_threads = threads
+            assert cache.num_threads == threads
+            logits.append(ours(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+        want = eager(ids).logits
+    assert (torch.cat(logits, dim=1) - want).abs().max().item() <= 1e-4
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(attn.Error, match="num_threads="):
+            cache.num_threads = bad
 
 
 def test_bfloat16_generate_on_an_attn_cache_agrees_with_eager():

@@ -10,6 +10,7 @@
 //     run that starts or ends inside a 16-token group) scatter their units one by one.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "attn/limits.hpp"
@@ -37,6 +38,16 @@ int64_t count_unrepresentable(const float* v, int32_t n, float max) {
 }
 
 #if ATTN_STORE_AVX512
+// One whole 64-byte line. `stream`: past the caches (bulk writes; no read for ownership of a line
+// that is overwritten whole); the line must be 64-byte aligned for that, else it is stored.
+inline void store_line(char* dst, __m512i x, bool stream) {
+  if (stream && (reinterpret_cast<std::uintptr_t>(dst) & 63) == 0) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), x);
+  } else {
+    _mm512_storeu_si512(dst, x);
+  }
+}
+
 // Round-to-nearest-even f32 → bf16 on 16 lanes, NaN kept quiet (f32_to_bf16's rule).
 inline __m256i f32x16_to_bf16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
@@ -49,9 +60,16 @@ inline __m256i f32x16_to_bf16(__m512 x) {
 #endif
 
 // One row of n values from the caller's dtype into storage dtype `dd` (fp8: times inv_scale).
-int64_t convert_row(const char* src, DType sd, char* dst, DType dd, int32_t n, float inv_scale) {
+int64_t convert_row(const char* src, DType sd, char* dst, DType dd, int32_t n, float inv_scale, bool stream = false) {
   if (sd == dd && !fp8(dd)) {
-    std::memcpy(dst, src, std::size_t(n) * dtype_size(dd));
+    const std::size_t bytes = std::size_t(n) * dtype_size(dd);
+#if ATTN_STORE_AVX512
+    if (stream && bytes % 64 == 0 && (reinterpret_cast<std::uintptr_t>(dst) & 63) == 0) {
+      for (std::size_t b = 0; b < bytes; b += 64) store_line(dst + b, _mm512_loadu_si512(src + b), true);
+      return 0;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
     return 0;
   }
   int32_t i = 0;
@@ -137,19 +155,19 @@ inline void transpose16_epi32(__m512i r[16]) {
 }
 
 // 16 rows of 2-byte values (bf16 / f16): 16 dim pairs at a time become 16 whole K lines.
-void transpose_k_lines16(const char* const* rows, int32_t pairs, int64_t pair_step, char* dst) {
+void transpose_k_lines16(const char* const* rows, int32_t pairs, int64_t pair_step, char* dst, bool stream) {
   for (int32_t p0 = 0; p0 < pairs; p0 += 16) {
     const int32_t m = std::min(16, pairs - p0);
     const __mmask16 mask = __mmask16((1u << m) - 1u);
     __m512i r[16];
     for (int j = 0; j < 16; ++j) r[j] = _mm512_maskz_loadu_epi32(mask, rows[j] + 4 * std::size_t(p0));
     transpose16_epi32(r);
-    for (int32_t i = 0; i < m; ++i) _mm512_storeu_si512(dst + (p0 + i) * pair_step, r[i]);
+    for (int32_t i = 0; i < m; ++i) store_line(dst + (p0 + i) * pair_step, r[i], stream);
   }
 }
 
 // Two rows of n 2-byte values interleaved (a0 b0 a1 b1 ...) into 2n contiguous values: a V pair line.
-void interleave_v_pair16(const char* a, const char* b, int32_t n, char* dst) {
+void interleave_v_pair16(const char* a, const char* b, int32_t n, char* dst, bool stream) {
   alignas(64) static constexpr int16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static constexpr int16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
@@ -163,17 +181,29 @@ void interleave_v_pair16(const char* a, const char* b, int32_t n, char* dst) {
     const int32_t out = 2 * m;  // values this chunk writes: lo takes the first 32, hi the rest
     const __mmask32 olo = out >= 32 ? ~__mmask32(0) : __mmask32((1u << out) - 1u);
     const __mmask32 ohi = out >= 64 ? ~__mmask32(0) : out <= 32 ? 0 : __mmask32((1u << (out - 32)) - 1u);
-    _mm512_mask_storeu_epi16(dst + 4 * std::size_t(d), olo, _mm512_permutex2var_epi16(x, ilo, y));
-    if (ohi) _mm512_mask_storeu_epi16(dst + 4 * std::size_t(d) + 64, ohi, _mm512_permutex2var_epi16(x, ihi, y));
+    char* line = dst + 4 * std::size_t(d);
+    const __m512i lo = _mm512_permutex2var_epi16(x, ilo, y);
+    if (olo == ~__mmask32(0)) {
+      store_line(line, lo, stream);
+    } else {
+      _mm512_mask_storeu_epi16(line, olo, lo);
+    }
+    const __m512i hi = _mm512_permutex2var_epi16(x, ihi, y);
+    if (ohi == ~__mmask32(0)) {
+      store_line(line + 64, hi, stream);
+    } else if (ohi) {
+      _mm512_mask_storeu_epi16(line + 64, ohi, hi);
+    }
   }
 }
 #endif
 
 // Two rows interleaved element by element (V[t/2][d][2]), any element size.
-void interleave_v_pair(const char* a, const char* b, int32_t n, std::size_t es, char* dst) {
+void interleave_v_pair(const char* a, const char* b, int32_t n, std::size_t es, char* dst, bool stream) {
 #if ATTN_STORE_AVX512
-  if (es == 2) return interleave_v_pair16(a, b, n, dst);
+  if (es == 2) return interleave_v_pair16(a, b, n, dst, stream);
 #endif
+  (void)stream;
   for (int32_t d = 0; d < n; ++d) {
     std::memcpy(dst + (2 * std::size_t(d)) * es, a + std::size_t(d) * es, es);
     std::memcpy(dst + (2 * std::size_t(d) + 1) * es, b + std::size_t(d) * es, es);
@@ -194,29 +224,30 @@ struct PairRun {
   std::size_t es;        // storage element bytes
   int64_t pair_step;     // K: bytes between consecutive dim pairs' lines
   int64_t v_pair_bytes;  // V: bytes of one token pair's interleaved rows
+  bool stream;           // whole lines past the caches (a bulk write)
 };
 
 void place_group(const PairRun& r, const char* const* rows, int32_t g, int32_t t, bool is_v, int32_t n) {
   if (!is_v) {
     char* dst = r.base + 2 * int64_t(t) * int64_t(r.es);
 #if ATTN_STORE_AVX512
-    if (g == kGroup && r.es == 2) return transpose_k_lines16(rows, n / 2, r.pair_step, dst);
+    if (g == kGroup && r.es == 2) return transpose_k_lines16(rows, n / 2, r.pair_step, dst, r.stream);
 #endif
     return scatter_k_units(rows, g, n / 2, 2 * r.es, r.pair_step, dst);
   }
   int32_t j = 0;
   if (t % 2) place_v_row(rows[j++], n, r.es, true, r.base + (t / 2) * r.v_pair_bytes);
-  for (; j + 1 < g; j += 2) interleave_v_pair(rows[j], rows[j + 1], n, r.es, r.base + ((t + j) / 2) * r.v_pair_bytes);
+  for (; j + 1 < g; j += 2) interleave_v_pair(rows[j], rows[j + 1], n, r.es, r.base + ((t + j) / 2) * r.v_pair_bytes, r.stream);
   if (j < g) place_v_row(rows[j], n, r.es, false, r.base + ((t + j) / 2) * r.v_pair_bytes);
 }
 
 // HND_PAIRS: rows of tokens [offset, offset + count) of one (block, head) run, group by group;
 // rows already in the storage dtype are read in place, others converted into an on-stack tile.
 int64_t store_pairs(const PagedKV& pv, const RowSource& src, int64_t block, int32_t offset, int32_t count, int32_t head,
-                    bool is_v, int32_t n, float inv_scale) {
+                    bool is_v, int32_t n, float inv_scale, bool stream) {
   const std::size_t es = dtype_size(pv.dtype);
   const PairRun r{static_cast<char*>(pv.base) + kv_element_offset(pv, block, 0, head, 0, is_v) * int64_t(es), es,
-                  2 * int64_t(pv.block_size) * int64_t(es), 2 * pv.token_stride * int64_t(es)};
+                  2 * int64_t(pv.block_size) * int64_t(es), 2 * pv.token_stride * int64_t(es), stream};
   const bool same = src.dtype == pv.dtype && !fp8(pv.dtype);
   int64_t bad = 0;
   if (!same && n > kTileWidth) {  // rare wide rows: converted and placed one token at a time
@@ -252,14 +283,20 @@ int64_t store_pairs(const PagedKV& pv, const RowSource& src, int64_t block, int3
 }  // namespace
 
 int64_t ATTN_STORE_RUN_NAME(const PagedKV& pv, const RowSource& src, int64_t block, int32_t offset, int32_t count,
-                            int32_t head, bool is_v, int32_t n, float inv_scale) {
-  if (pv.layout == KVLayout::HND_PAIRS) return store_pairs(pv, src, block, offset, count, head, is_v, n, inv_scale);
-  const std::size_t es = dtype_size(pv.dtype);
-  char* base = static_cast<char*>(pv.base);
+                            int32_t head, bool is_v, int32_t n, float inv_scale, bool stream) {
   int64_t bad = 0;
-  for (int32_t i = 0; i < count; ++i)
-    bad += convert_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
-                       pv.dtype, n, inv_scale);
+  if (pv.layout == KVLayout::HND_PAIRS) {
+    bad = store_pairs(pv, src, block, offset, count, head, is_v, n, inv_scale, stream);
+  } else {
+    const std::size_t es = dtype_size(pv.dtype);
+    char* base = static_cast<char*>(pv.base);
+    for (int32_t i = 0; i < count; ++i)
+      bad += convert_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
+                         pv.dtype, n, inv_scale, stream);
+  }
+#if ATTN_STORE_AVX512
+  if (stream) _mm_sfence();  // streamed lines are weakly ordered: visible before the caller's next step
+#endif
   return bad;
 }
 

@@ -27,6 +27,7 @@ struct Case {
   DType source;
   int32_t block_size, heads, head_size, head_size_v;
   bool per_head;
+  int32_t num_blocks = 6;
 };
 
 // Random source values: normal, with some large, tiny and non-finite values for fp8 ranges.
@@ -46,7 +47,8 @@ float draw(std::mt19937_64& rng, bool extremes) {
 void run_case(const Case& c, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " layout " << to_string(c.layout) << " storage "
                                     << to_string(c.storage) << " source " << to_string(c.source) << " bs " << c.block_size
-                                    << " heads " << c.heads << " hs " << c.head_size << "/" << c.head_size_v);
+                                    << " heads " << c.heads << " hs " << c.head_size << "/" << c.head_size_v
+                                    << " blocks " << c.num_blocks);
   std::mt19937_64 rng(seed);
   const bool mla = c.layout == KVLayout::MLA;
   KVCacheSpec spec;
@@ -59,7 +61,7 @@ void run_case(const Case& c, uint64_t seed) {
   spec.head_size = c.head_size;
   spec.head_size_v = c.head_size_v;
   spec.per_head_scales = c.per_head;
-  spec.num_blocks = 6;
+  spec.num_blocks = c.num_blocks;
   KVCache cache(spec);
   const bool fp8 = c.storage == DType::fp8_e4m3 || c.storage == DType::fp8_e5m2;
   if (fp8) {
@@ -156,6 +158,17 @@ TEST(KVStore, MatchesScalarOracleOnEveryLayoutAndDtype) {
         for (const Shape& s : row_shapes) run_case({l, st, src, s.bs, s.heads, s.hs, s.hv, seed % 2 == 1}, seed++);
       run_case({KVLayout::MLA, st, src, 16, 1, 576, 512, false}, seed++);
     }
+}
+
+// Writes of 4 MiB and more take the bulk path (whole lines streamed past the caches, then fenced):
+// a Llama-3.1-8B-shaped layer (8 KV heads x 128) over 96 blocks, ~1400 tokens, K and V.
+TEST(KVStore, BulkWritesMatchTheOracle) {
+  uint64_t seed = attn::test::fresh_seed();
+  for (KVLayout l : {KVLayout::HND_PAIRS, KVLayout::HND, KVLayout::NHD})
+    for (DType src : {DType::bfloat16, DType::float32})
+      run_case({l, DType::bfloat16, src, 16, 8, 128, 128, false, 96}, seed++);
+  run_case({KVLayout::HND_PAIRS, DType::float16, DType::float16, 32, 8, 128, 128, false, 48}, seed++);
+  run_case({KVLayout::HND, DType::float32, DType::float32, 16, 8, 128, 128, false, 48}, seed++);
 }
 
 }  // namespace

@@ -65,11 +65,14 @@ class _Layer(CacheLayerMixin):
 
 
 class _AttnLayer:
-    """A model layer served by attn: its Attention (config, scale, sinks) and its paged cache."""
+    """A model layer served by attn: its Attention (config, scale, sinks) and its paged cache.
+    `make(num_threads)` builds the layer's Attention again with another thread count."""
 
-    def __init__(self, layer: attn.Attention, cache: attn.KVCache):
-        self.layer, self.cache = layer, cache
-        self.key = (layer.config, layer.backend)  # layers with equal keys share a step's plan
+    def __init__(self, make, num_threads: int):
+        self.make = make
+        self.layer = make(num_threads)
+        self.cache: attn.KVCache | None = None
+        self.key = (self.layer.config, self.layer.backend)  # layers with equal keys share a step's plan
 
 
 class _Step:
@@ -156,6 +159,22 @@ class AttnCache(Cache):
 
     # --- what attn adds ---
     @property
+    def num_threads(self) -> int:
+        """Threads per kernel call (0: OpenMP's default)."""
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, n: int) -> None:
+        """From the next kernel call on, every layer runs with `n` threads (0: OpenMP's default)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise attn.Error(f"num_threads={n!r} invalid: expected an int >= 0 (0: OpenMP's default)")
+        self._num_threads = n
+        for served in self._layers.values():
+            served.layer = served.make(n)
+        if self._step is not None:
+            self._step.plans.clear()
+
+    @property
     def memory_bytes(self) -> int:
         """Bytes of KV cache held, all layers."""
         return sum(l.cache.nbytes for l in self._layers.values())
@@ -197,13 +216,17 @@ class AttnCache(Cache):
                                head_size_v=value.shape[3], dtype=dtype, sliding_window=sliding_window or 0,
                                logits_soft_cap=softcap or 0.0, has_sink=s_aux is not None)
         sinks = None if s_aux is None else s_aux.detach().float().tolist()
-        layer = attn.Attention(cfg, self._backend, scale=scaling, sinks=sinks, num_threads=self._num_threads)
+        backend = self._backend
+        served = _AttnLayer(lambda n: attn.Attention(cfg, backend, scale=scaling, sinks=sinks, num_threads=n),
+                            self._num_threads)
+        layer = served.layer
         if self._block_size and layer.block_size != self._block_size:
             raise attn.Error(f"layer {layer_idx}: block_size={layer.block_size} invalid: expected {self._block_size}, "
                              "the block size of this cache's other layers (one block table serves every layer)")
         self._block_size = layer.block_size  # the first layer's backend fixes it for the table
         # Before the first step there are no blocks yet: a one-block cache that the step's allocation resizes.
-        served = self._layers[layer_idx] = _AttnLayer(layer, layer.make_cache(num_blocks=max(1, self._capacity)))
+        served.cache = layer.make_cache(num_blocks=max(1, self._capacity))
+        self._layers[layer_idx] = served
         return served
 
     def _begin_step(self, batch: int, query_len: int, attention_mask) -> None:
