@@ -101,6 +101,9 @@ struct KVLayoutRule {
   std::vector<DType> q_dtypes;        // the layer dtypes it serves; empty: every one
   std::vector<DType> storage_dtypes;  // the cache storage dtypes it serves; empty: every one
   KVLayout otherwise = KVLayout::NHD;  // for other dtypes, and for sizes kv_layout cannot hold (layout_fits_sizes)
+  /// The CPU features the kernels that read kv_layout fast need; on a CPU without them the cache
+  /// gets `otherwise` (a layout the kernels there stream). Empty: any CPU.
+  std::vector<CpuFeature> cpu_features;
 };
 
 struct BackendDescriptor {
@@ -130,12 +133,16 @@ struct BackendDescriptor {
   /// Builds the implementation for one layer. Null for module backends until loaded.
   std::function<std::unique_ptr<AttentionImpl>(const LayerParams&)> create;
 
-  /// The cache spec this backend wants for `cfg` with `num_blocks` blocks of `block_size`.
-  KVCacheSpec cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const;
+  /// The cache spec this backend wants for `cfg` with `num_blocks` blocks of `block_size`, read
+  /// on `platform` (kv_layout_rule's cpu_features are asked there). Null: this machine as its
+  /// kernels run it (the detected CPU, capped at the build ATTN_CPU_ISA forces).
+  KVCacheSpec cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size,
+                         const Platform* platform = nullptr) const;
 };
 
 /// {"name":..,"summary":..,"priority":..,"preferred_block_size":..,"kv_layout":..,
-///  "kv_layout_rule": null or {"q_dtypes":[..],"storage_dtypes":[..],"otherwise":..},"module":..,
+///  "kv_layout_rule": null or {"q_dtypes":[..],"storage_dtypes":[..],"otherwise":..,"cpu_features":[..]},
+///  "module":..,
 ///  "variant": its variant on `platform`, "capabilities": to_json(caps)} as JSON text.
 std::string to_json(const BackendDescriptor& backend, const Platform& platform);
 

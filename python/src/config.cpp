@@ -80,7 +80,7 @@ struct BackendInfo {
   int priority = 0, preferred_block_size = 0;
   std::vector<std::string> platforms, dtypes, kv_cache_dtypes, attn_types, required_cpu_features, features;
   std::string head_sizes, block_sizes, compute_capability;
-  nb::object kv_layout_rule;  // None, or {"q_dtypes", "storage_dtypes", "otherwise"}: the caches kv_layout is kept for
+  nb::object kv_layout_rule;  // None, or {"q_dtypes", "storage_dtypes", "otherwise", "cpu_features"}: the caches kv_layout is kept for
 
   /// Read from the library's JSON record of the backend (attn::to_json), the one rendering
   /// `attn backends` prints too.
@@ -204,7 +204,8 @@ void bind_config(nb::module_& m) {
       .def_ro("preferred_block_size", &BackendInfo::preferred_block_size)
       .def_ro("kv_layout", &BackendInfo::kv_layout)
       .def_ro("kv_layout_rule", &BackendInfo::kv_layout_rule,
-              "None (kv_layout for every cache), or the q / storage dtypes kv_layout is kept for and the layout otherwise")
+              "None (kv_layout for every cache), or the q / storage dtypes and CPU features kv_layout is kept for and the\n"
+              "layout otherwise")
       .def_ro("module", &BackendInfo::module)
       .def_ro("variant", &BackendInfo::variant)
       .def_ro("platforms", &BackendInfo::platforms)

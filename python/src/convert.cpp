@@ -14,9 +14,54 @@ std::string normalize_dtype_name(std::string name) {
   return name;
 }
 
+// A type of an already-imported module (nullptr if the module is not loaded): attn imports neither
+// NumPy nor torch for the caller. Looked up once per process; the reference is kept for good.
+PyTypeObject* loaded_type(const char* module, const char* name) {
+  PyObject* mod = PyImport_GetModule(nb::str(module).ptr());
+  if (!mod) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* type = PyObject_GetAttrString(mod, name);
+  Py_DECREF(mod);
+  if (!type || !PyType_Check(type)) {
+    PyErr_Clear();
+    Py_XDECREF(type);
+    return nullptr;
+  }
+  return reinterpret_cast<PyTypeObject*>(type);
+}
+
 bool is_numpy_array(nb::handle h) {
-  nb::handle t = h.type();
-  return nb::cast<std::string>(t.attr("__module__")) == "numpy" && nb::cast<std::string>(t.attr("__name__")) == "ndarray";
+  static PyTypeObject* ndarray = nullptr;
+  if (!ndarray) ndarray = loaded_type("numpy", "ndarray");
+  return ndarray && PyObject_TypeCheck(h.ptr(), ndarray);
+}
+
+// A plain torch.Tensor's DLPack capsule from torch._C._to_dlpack (well under a microsecond),
+// skipping Tensor.__dlpack__'s Python-level checks (about 6 us per array, the larger part of a
+// decode call's overhead). Subclasses and tensors that need gradients take the general path,
+// whose errors stay as they are. An invalid object when obj is not such a tensor.
+nb::object torch_capsule(nb::handle obj) {
+  static PyTypeObject* tensor = nullptr;
+  static PyObject* to_dlpack = nullptr;
+  if (!tensor) {
+    tensor = loaded_type("torch", "Tensor");
+    if (!tensor) return {};
+    PyObject* torch_c = PyImport_GetModule(nb::str("torch._C").ptr());
+    if (torch_c) to_dlpack = PyObject_GetAttrString(torch_c, "_to_dlpack");
+    Py_XDECREF(torch_c);
+    if (!to_dlpack) PyErr_Clear();
+  }
+  if (!to_dlpack || Py_TYPE(obj.ptr()) != tensor) return {};
+  PyObject* grad = PyObject_GetAttrString(obj.ptr(), "requires_grad");
+  const bool needs_grad = grad != Py_False;
+  Py_XDECREF(grad);
+  if (!grad) PyErr_Clear();
+  if (needs_grad) return {};
+  PyObject* capsule = PyObject_CallOneArg(to_dlpack, obj.ptr());
+  if (!capsule) PyErr_Clear();  // the general path reports what is wrong with the tensor
+  return nb::steal(capsule);
 }
 
 }  // namespace
@@ -79,31 +124,34 @@ std::string describe_dtype(nb::handle array) {
 }
 
 ArrayArg array_arg(nb::handle obj, const char* arg, bool writable) {
-  const std::string name = arg;
-  if (obj.is_none()) throw nb::type_error((name + "=None invalid: expected an array").c_str());
+  // Messages are built only on failure: this runs for every array of every kernel call.
+  if (obj.is_none()) throw nb::type_error((std::string(arg) + "=None invalid: expected an array").c_str());
   ArrayArg out;
   out.source = nb::borrow(obj);
   // NumPy cannot export ml_dtypes.bfloat16 through DLPack or the buffer protocol; a uint16 view
   // of the same memory can be, and the dtype is remembered here.
   bool reinterpreted_bf16 = false;
-  if (is_numpy_array(obj)) {
+  nb::object capsule = torch_capsule(obj);
+  if (!capsule.is_valid() && is_numpy_array(obj)) {
     const std::string dt = nb::cast<std::string>(obj.attr("dtype").attr("name"));
     if (dt == "bfloat16") {
       out.source = obj.attr("view")(nb::module_::import_("numpy").attr("uint16"));
       reinterpreted_bf16 = true;
     }
   }
+  // The capsule's deleter keeps the tensor alive as long as `out.array` is.
+  nb::handle importable = capsule.is_valid() ? nb::handle(capsule) : nb::handle(out.source);
   bool ok;
   if (writable) {
     nb::ndarray<> w;
-    ok = nb::try_cast(out.source, w, /*convert=*/false);
+    ok = nb::try_cast(importable, w, /*convert=*/false);
     if (ok) out.array = nb::ndarray<nb::ro>(w.handle());
   } else {
-    ok = nb::try_cast(out.source, out.array, /*convert=*/false);
+    ok = nb::try_cast(importable, out.array, /*convert=*/false);
   }
   if (!ok) {
     const std::string type = text_of(nb::object(obj.type().attr("__name__")));
-    throw nb::type_error((name + "=<" + type + ", dtype " + describe_dtype(obj) + "> invalid: expected a " +
+    throw nb::type_error((std::string(arg) + "=<" + type + ", dtype " + describe_dtype(obj) + "> invalid: expected a " +
                           (writable ? "writable " : "") + "NumPy array or DLPack tensor of float32, float16 or bfloat16")
                              .c_str());
   }
@@ -118,7 +166,7 @@ ArrayArg array_arg(nb::handle obj, const char* arg, bool writable) {
   } else if (is_float && dt.bits == 16) {
     v.dtype = DType::float16;
   } else {
-    throw nb::type_error((name + ".dtype=" + describe_dtype(obj) +
+    throw nb::type_error((std::string(arg) + ".dtype=" + describe_dtype(obj) +
                           " invalid: expected float32, float16 or bfloat16 (ml_dtypes.bfloat16 / torch.bfloat16)")
                              .c_str());
   }
@@ -128,30 +176,34 @@ ArrayArg array_arg(nb::handle obj, const char* arg, bool writable) {
   } else if (device == nb::device::cuda::value) {
     v.device = DeviceKind::cuda;
   } else {
-    throw nb::value_error((name + ": arrays on DLPack device type " + std::to_string(device) +
+    throw nb::value_error((std::string(arg) + ": arrays on DLPack device type " + std::to_string(device) +
                            " invalid: expected a CPU (or CUDA) array").c_str());
   }
-  require(a.ndim() <= std::size_t(TensorView::kMaxDims), name + ".ndim", a.ndim(),
-          "at most " + std::to_string(TensorView::kMaxDims));
+  ATTN_REQUIRE(a.ndim() <= std::size_t(TensorView::kMaxDims), std::string(arg) + ".ndim", a.ndim(),
+               "at most " + std::to_string(TensorView::kMaxDims));
   v.data = const_cast<void*>(a.data());
   v.ndim = int(a.ndim());
-  std::string strides = "(";
   for (int d = 0; d < v.ndim; ++d) {
     v.shape[d] = a.shape(d);
     v.strides[d] = a.stride(d);
-    strides += (d ? ", " : "") + std::to_string(v.strides[d]);
   }
-  strides += v.ndim == 1 ? ",)" : ")";
+  auto strides_text = [&] {
+    std::string s = "(";
+    for (int d = 0; d < v.ndim; ++d) s += (d ? ", " : "") + std::to_string(v.strides[d]);
+    return s + (v.ndim == 1 ? ",)" : ")");
+  };
   for (int d = 0; d < v.ndim; ++d) {
     // Kernels index rows with element strides; a strided last dimension or a reversed axis
     // would need a copy, which this API never makes behind the caller's back.
     if (v.shape[d] > 1 && v.strides[d] < 0)
-      throw nb::value_error((name + ".strides=" + strides + " (in elements) invalid: expected non-negative strides; "
-                             "pass a copy such as numpy.ascontiguousarray(" + name + ")").c_str());
+      throw nb::value_error((std::string(arg) + ".strides=" + strides_text() +
+                             " (in elements) invalid: expected non-negative strides; "
+                             "pass a copy such as numpy.ascontiguousarray(" + arg + ")").c_str());
   }
   if (v.ndim > 0 && v.shape[v.ndim - 1] > 1 && v.strides[v.ndim - 1] != 1)
-    throw nb::value_error((name + ".strides=" + strides + " (in elements) invalid: expected a contiguous last dimension "
-                           "(stride 1); pass a copy such as numpy.ascontiguousarray(" + name + ")").c_str());
+    throw nb::value_error((std::string(arg) + ".strides=" + strides_text() +
+                           " (in elements) invalid: expected a contiguous last dimension "
+                           "(stride 1); pass a copy such as numpy.ascontiguousarray(" + arg + ")").c_str());
   if (v.ndim > 0 && v.shape[v.ndim - 1] == 1) v.strides[v.ndim - 1] = 1;  // any stride is fine for one element
   return out;
 }

@@ -279,8 +279,8 @@ std::vector<std::vector<int32_t>> int_rows_from_py(nb::handle h, const char* arg
 void unflatten_heads(ArrayArg& a, int64_t heads, const char* arg) {
   TensorView& v = a.view;
   if (v.ndim != 2) return;
-  require(heads > 0 && v.shape[1] % heads == 0, std::string(arg) + ".shape[1]", v.shape[1],
-          "a multiple of " + std::to_string(heads) + " heads ([tokens, heads * head_size])");
+  ATTN_REQUIRE(heads > 0 && v.shape[1] % heads == 0, std::string(arg) + ".shape[1]", v.shape[1],
+               "a multiple of " + std::to_string(heads) + " heads ([tokens, heads * head_size])");
   const int64_t width = v.shape[1] / heads;
   v.ndim = 3;
   v.shape = {v.shape[0], heads, width};

@@ -1,6 +1,8 @@
 """python -m attn.bench sets each case up as `attn bench` does: the cache its backend asks for,
 blocks scattered by one rule, disjoint instances spanning the pool, every page first touched, and a
 timed step (plan + run) that computes what forward computes. No timings are checked."""
+import os
+
 import numpy as np
 import pytest
 
@@ -26,9 +28,16 @@ def test_cache_is_the_one_the_backend_asks_for(backend):
     assert cache.shape == layer.kv_cache_shape(cache.num_blocks)
 
 
-def test_cpu_flash_reads_its_pair_layout():
-    # The row kernel serves hand-built NHD / HND caches more slowly; the bench must not build one.
-    assert make_case("cpu_flash").cache.layout == attn.Attention(CFG, "cpu_flash").kv_cache_layout == "HND_PAIRS"
+# cpu_flash's own cache layout here: pairs where its pair kernels run (AVX-512 BF16, unless
+# ATTN_CPU_ISA forces a lower build), else HND rows.
+FLASH_LAYOUT = attn.Attention(CFG, "cpu_flash").kv_cache_layout
+
+
+def test_cpu_flash_reads_its_own_layout():
+    # The bench must build the cache cpu_flash makes for itself, not a hand-built layout.
+    assert make_case("cpu_flash").cache.layout == FLASH_LAYOUT
+    pairs_here = attn.platform().has("avx512_bf16") and os.environ.get("ATTN_CPU_ISA", "auto") in ("", "auto", "amx")
+    assert FLASH_LAYOUT == ("HND_PAIRS" if pairs_here else "HND")
 
 
 def test_block_ids_are_one_permutation_dealt_out():
@@ -72,4 +81,4 @@ def test_timed_step_computes_what_forward_computes(backend):
 def test_result_keeps_its_keys():
     r = bench.run_case(CFG, "cpu_flash", 2, 100, 1, np.random.default_rng(0), 1, POOL, threads=1)
     assert {"backend", "variant", "batch", "context", "query", "ms", "kv_bytes", "gbps", "instances"} <= r.keys()
-    assert r["kv_layout"] == "HND_PAIRS" and r["kv_bytes"] == 2 * 101 * 2 * 128 * 2
+    assert r["kv_layout"] == FLASH_LAYOUT and r["kv_bytes"] == 2 * 101 * 2 * 128 * 2

@@ -47,6 +47,20 @@ def test_torch_out_written_in_place_and_inputs_not_copied():
     layer.write_kv(k, k, b.cache, b.md)
 
 
+def test_torch_tensors_of_every_kind_are_seen_in_place():
+    # Plain tensors take a fast import path; views at an offset, subclasses (Parameter) and
+    # tensors that require gradients the general one: all give the tensor's own memory.
+    from attn import _core
+
+    base = torch.randn(6, 4, 32, dtype=torch.bfloat16)
+    for t in (base, base[2:], base[:, 1:3], torch.nn.Parameter(base.clone(), requires_grad=False),
+              base.clone().requires_grad_(), base.float()):
+        assert _core._data_address(t) == t.data_ptr()
+        assert _core._data_address(t.detach(), writable=True) == t.data_ptr()
+    with pytest.raises(TypeError, match=r"array.dtype=torch.int32 invalid: expected float32"):
+        _core._data_address(torch.zeros(3, dtype=torch.int32))
+
+
 def test_torch_errors():
     cfg = attn.LayerConfig(num_heads=4, num_kv_heads=2, head_size=32, dtype="bfloat16")
     layer = attn.Attention(cfg)

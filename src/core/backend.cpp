@@ -5,6 +5,7 @@
 
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
+#include "cpu/isa.hpp"
 
 namespace attn {
 
@@ -59,15 +60,34 @@ void AttentionImpl::write_planned_kv(const TensorView& k, const TensorView& v, K
 namespace {
 bool serves(const std::vector<DType>& dtypes, DType d) { return dtypes.empty() || std::ranges::find(dtypes, d) != dtypes.end(); }
 
-/// The layout `s` gets from a backend declaring `want` under `rule` (see KVLayoutRule).
-KVLayout kept_layout(KVLayout want, const std::optional<KVLayoutRule>& rule, const KVCacheSpec& s, DType q_dtype) {
+/// The CPU whose kernels read a cache made here: this machine, without the features above the
+/// build ATTN_CPU_ISA forces (so a forced AVX2 run gets the layout AVX2 kernels stream).
+Platform kernel_cpu() {
+  Platform p = detect_cpu();
+  const std::optional<cpu::Isa> forced = cpu::forced_isa();
+  if (!forced || *forced == cpu::Isa::amx) return p;
+  const Platform cap = parse_platform("cpu:" + std::string(cpu::to_string(*forced)));
+  std::erase_if(p.features, [&](CpuFeature f) { return !cap.has(f); });
+  return p;
+}
+
+/// The layout `s` gets from a backend declaring `want` under `rule` (see KVLayoutRule), read on
+/// `platform` (null: kernel_cpu()).
+KVLayout kept_layout(KVLayout want, const std::optional<KVLayoutRule>& rule, const KVCacheSpec& s, DType q_dtype,
+                     const Platform* platform) {
   if (!rule) return want;
-  const bool kept = layout_fits_sizes(s) && serves(rule->q_dtypes, q_dtype) && serves(rule->storage_dtypes, s.dtype);
-  return kept ? want : rule->otherwise;
+  if (!layout_fits_sizes(s) || !serves(rule->q_dtypes, q_dtype) || !serves(rule->storage_dtypes, s.dtype))
+    return rule->otherwise;
+  if (rule->cpu_features.empty()) return want;
+  const Platform here = platform ? Platform{} : kernel_cpu();
+  const Platform& p = platform ? *platform : here;
+  const bool has_features = p.kind != PlatformKind::cpu || std::ranges::all_of(rule->cpu_features, [&](CpuFeature f) { return p.has(f); });
+  return has_features ? want : rule->otherwise;
 }
 }  // namespace
 
-KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size) const {
+KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_blocks, int32_t block_size,
+                                          const Platform* platform) const {
   KVCacheSpec s;
   s.num_blocks = num_blocks;
   s.block_size = block_size ? block_size : (cfg.block_size ? cfg.block_size : preferred_block_size);
@@ -84,7 +104,7 @@ KVCacheSpec BackendDescriptor::cache_spec(const LayerConfig& cfg, int32_t num_bl
     s.head_size = cfg.head_size;
     s.head_size_v = cfg.effective_head_size_v();
   }
-  s.layout = kept_layout(kv_layout, kv_layout_rule, s, cfg.dtype);  // s holds kv_layout: its sizes are checked against it
+  s.layout = kept_layout(kv_layout, kv_layout_rule, s, cfg.dtype, platform);  // s holds kv_layout: its sizes are checked against it
   return s;
 }
 

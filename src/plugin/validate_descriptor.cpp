@@ -103,6 +103,7 @@ void check_layout(const Checker& c, const BackendDescriptor& d) {
   c.enum_list("kv_layout_rule.q_dtypes", d.kv_layout_rule->q_dtypes, "DType");
   c.enum_list("kv_layout_rule.storage_dtypes", d.kv_layout_rule->storage_dtypes, "DType");
   c.enum_value("kv_layout_rule.otherwise", d.kv_layout_rule->otherwise, "KVLayout");
+  c.enum_list("kv_layout_rule.cpu_features", d.kv_layout_rule->cpu_features, "CpuFeature");
 }
 
 }  // namespace

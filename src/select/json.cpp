@@ -20,7 +20,7 @@ nlohmann::json names(const std::vector<T>& values) {
 nlohmann::json layout_rule_json(const std::optional<KVLayoutRule>& r) {
   if (!r) return nullptr;
   return {{"q_dtypes", names(r->q_dtypes)}, {"storage_dtypes", names(r->storage_dtypes)},
-          {"otherwise", std::string(to_string(r->otherwise))}};
+          {"otherwise", std::string(to_string(r->otherwise))}, {"cpu_features", names(r->cpu_features)}};
 }
 }  // namespace
 

@@ -147,7 +147,9 @@ BackendDescriptor any_descriptor(FuzzInput& in, int index) {
   d.priority = in.flag() ? in.i32() : in.small(-2, 1100);
   if (in.flag()) d.preferred_block_size = any_size(in);
   d.kv_layout = any_enum<KVLayout>(in, 4);
-  if (in.flag()) d.kv_layout_rule = KVLayoutRule{enum_list<DType>(in, 8), enum_list<DType>(in, 8), any_enum<KVLayout>(in, 4)};
+  if (in.flag())
+    d.kv_layout_rule = KVLayoutRule{enum_list<DType>(in, 8), enum_list<DType>(in, 8), any_enum<KVLayout>(in, 4),
+                                    enum_list<CpuFeature>(in, int(all_cpu_features().size()))};
   d.device = any_enum<DeviceKind>(in, 2);
   if (in.pick(4) == 0) d.module = in.flag() ? "attn_fuzz_missing" : in.string(8);
   d.extra_checks = any_checks(in);

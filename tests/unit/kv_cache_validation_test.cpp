@@ -58,7 +58,8 @@ TEST(KVCacheSpecShape, PairLayoutFallsBackToHndWhereItDoesNotFit) {
   d.kv_layout = KVLayout::HND_PAIRS;
   d.kv_layout_rule = KVLayoutRule{.q_dtypes = {DType::bfloat16},
                                   .storage_dtypes = {DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2},
-                                  .otherwise = KVLayout::HND};
+                                  .otherwise = KVLayout::HND,
+                                  .cpu_features = {}};
   LayerConfig c;
   c.num_heads = 8, c.num_kv_heads = 2, c.head_size = 128, c.dtype = DType::bfloat16;
   EXPECT_EQ(d.cache_spec(c, 4, 64).layout, KVLayout::HND_PAIRS);
@@ -71,6 +72,14 @@ TEST(KVCacheSpecShape, PairLayoutFallsBackToHndWhereItDoesNotFit) {
   EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
   c.head_size = 128, c.dtype = DType::float32;
   EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND);
+  // cpu_features: kept only on a CPU that has them (a GPU platform is not asked).
+  c.dtype = DType::bfloat16;
+  d.kv_layout_rule->cpu_features = {CpuFeature::avx512_bf16};
+  for (auto [spec, want] : {std::pair{"cpu:avx512_bf16", KVLayout::HND_PAIRS}, std::pair{"cpu:avx2", KVLayout::HND},
+                            std::pair{"cuda:9.0", KVLayout::HND_PAIRS}}) {
+    const Platform p = parse_platform(spec);
+    EXPECT_EQ(d.cache_spec(c, 4, 16, &p).layout, want) << spec;
+  }
 }
 
 TEST(KVCacheSpecShape, LayoutWithoutRuleIsKeptForEveryCache) {
@@ -83,7 +92,7 @@ TEST(KVCacheSpecShape, LayoutWithoutRuleIsKeptForEveryCache) {
     EXPECT_EQ(d.cache_spec(c, 4, 24).layout, l) << to_string(l);  // not checked: validate refuses it
   }
   // A rule with no dtype lists serves every dtype; the sizes still decide.
-  d.kv_layout_rule = KVLayoutRule{.q_dtypes = {}, .storage_dtypes = {}, .otherwise = KVLayout::NHD};
+  d.kv_layout_rule = KVLayoutRule{.q_dtypes = {}, .storage_dtypes = {}, .otherwise = KVLayout::NHD, .cpu_features = {}};
   c.kv_cache_dtype = KVCacheDType::fp8_e4m3;
   EXPECT_EQ(d.cache_spec(c, 4, 16).layout, KVLayout::HND_PAIRS);
   EXPECT_EQ(d.cache_spec(c, 4, 24).layout, KVLayout::NHD);

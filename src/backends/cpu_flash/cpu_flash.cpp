@@ -156,12 +156,15 @@ BackendDescriptor cpu_flash_descriptor() {
   d.priority = 10;
   // Head-major blocks, each (block, KV head) one contiguous run of K and one of V, ordered in
   // pairs for the pair kernels' bf16 dot products: bf16 q on bf16 or fp8 storage (fp8 widens
-  // exactly to bf16). Every other cache, and sizes the pairs do not fit, keeps HND rows, which
-  // the row kernels read. NHD and HND caches an engine brings are served as well.
+  // exactly to bf16). The pair kernels need AVX-512 BF16; elsewhere (AVX2) the general kernel
+  // would gather every pair back into rows (3-4 % of DRAM speed), so those caches keep HND rows,
+  // as do other dtypes and sizes the pairs do not fit. NHD and HND caches an engine brings are
+  // served as well.
   d.kv_layout = KVLayout::HND_PAIRS;
   d.kv_layout_rule = KVLayoutRule{.q_dtypes = {DType::bfloat16},
                                   .storage_dtypes = {DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2},
-                                  .otherwise = KVLayout::HND};
+                                  .otherwise = KVLayout::HND,
+                                  .cpu_features = {CpuFeature::avx512_bf16}};
   d.preferred_block_size = 64;
   d.variant = [](const Platform& p) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
   d.variants = cpu_flash::isa_variants;

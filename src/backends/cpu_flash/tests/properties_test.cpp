@@ -8,6 +8,7 @@
 #include "attn/registry.hpp"
 #include "backends/cpu_flash/plan.hpp"
 #include "backends/cpu_flash/tests/cpu_flash_test_util.hpp"
+#include "support/cpu_isa_env.hpp"
 #include "support/test_support.hpp"
 
 namespace attn::cpu_flash::test {
@@ -179,14 +180,26 @@ TEST(CpuFlashCapabilities, DeclaredExactly) {
 
 TEST(CpuFlashCapabilities, CacheLayoutIsPairsForBf16ProductsOnly) {
   // The descriptor's kv_layout_rule: HND_PAIRS for bf16 q on bf16 / fp8 storage with sizes the
-  // pairs fit, HND rows for every other cache.
+  // pairs fit on a CPU whose pair kernels run (AVX-512 BF16), HND rows for every other cache.
   auto desc = Registry::instance().find("cpu_flash");
   ASSERT_TRUE(desc);
   LayerConfig c;
   c.num_heads = 32, c.num_kv_heads = 8, c.head_size = 128, c.dtype = DType::bfloat16;
-  auto layout = [&](int32_t block_size) { return desc->cache_spec(c, 8, block_size).layout; };
+  const Platform bf16_cpu = parse_platform("cpu:avx512_bf16");
+  auto layout = [&](int32_t block_size) { return desc->cache_spec(c, 8, block_size, &bf16_cpu).layout; };
   EXPECT_EQ(layout(0), KVLayout::HND_PAIRS);  // its preferred block size, 64
-  EXPECT_EQ(desc->cache_spec(c, 8, 0).block_size, 64);
+  EXPECT_EQ(desc->cache_spec(c, 8, 0, &bf16_cpu).block_size, 64);
+  // Without AVX-512 BF16 the general kernel would gather the pairs back into rows: HND rows.
+  for (const char* spec : {"cpu:avx2", "cpu:avx512", "cpu:generic"}) {
+    const Platform p = parse_platform(spec);
+    EXPECT_EQ(desc->cache_spec(c, 8, 64, &p).layout, KVLayout::HND) << spec;
+  }
+  {  // This machine as ATTN_CPU_ISA caps it: a forced AVX2 run's caches are rows too.
+    attn::test::ForceCpuIsa avx2(cpu::Isa::avx2);
+    EXPECT_EQ(desc->cache_spec(c, 8, 64).layout, KVLayout::HND);
+  }
+  const KVLayout here = detect_cpu().has(CpuFeature::avx512_bf16) ? KVLayout::HND_PAIRS : KVLayout::HND;
+  EXPECT_EQ(desc->cache_spec(c, 8, 64).layout, here);
   for (auto kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
     c.kv_cache_dtype = kv;
     EXPECT_EQ(layout(16), KVLayout::HND_PAIRS) << to_string(kv);
