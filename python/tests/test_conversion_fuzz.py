@@ -59,6 +59,8 @@ def footprint(mask: np.ndarray, start: int, shape, byte_strides, itemsize: int) 
         return
     offsets = np.array([start], dtype=np.int64)
     for n, s in zip(shape, byte_strides):
+        if n == 1:
+            continue  # an extent of 1 never steps by its stride (which may be any value, even past int64)
         offsets = (offsets[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
     assert offsets.min() >= 0 and offsets.max() + itemsize <= mask.size, "the generator built a view outside its buffer"
     for b in range(itemsize):
