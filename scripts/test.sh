@@ -42,7 +42,7 @@ step "bench smoke (attn bench --quick)"
 # the fuzz harnesses' tree: their coverage on every edge made the suite several times slower.
 SANITIZER_OPT="-O1 -g1 -DNDEBUG"
 step "AddressSanitizer + UBSan build (clang)"
-CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=address,undefined -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
+CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=address,undefined -DATTN_WERROR=ON -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 step "AddressSanitizer + UBSan tests"
 ATTN_TEST_QUICK=1 ATTN_TEST_LONG=0 ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$JOBS"

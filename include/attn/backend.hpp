@@ -126,8 +126,9 @@ struct BackendDescriptor {
   std::string module;
   /// Irregular rules that do not fit Capabilities; appended after the generic reasons.
   std::function<std::vector<Reason>(const LayerConfig&, const Platform&)> extra_checks;
-  /// The kernel variant this backend would run on `platform` (shown in decisions).
-  std::function<std::string(const Platform&)> variant;
+  /// The kernel variant this backend runs for a layer `config` on `platform` (shown in decisions
+  /// and `attn plan`: it must equal what the implementation built for that layer reports).
+  std::function<std::string(const Platform&, const LayerConfig&)> variant;
   /// The variants LayerParams::variant may name on `platform`, best first. Null: one variant only.
   std::function<std::vector<std::string>(const Platform&)> variants;
   /// Builds the implementation for one layer. Null for module backends until loaded.

@@ -67,7 +67,9 @@ void contain_callbacks(BackendDescriptor& d) {
     };
   }
   if (d.variant)
-    d.variant = [name, f = std::move(d.variant)](const Platform& p) { return plain_text(call_contained(name, "variant()", f, p)); };
+    d.variant = [name, f = std::move(d.variant)](const Platform& p, const LayerConfig& c) {
+      return plain_text(call_contained(name, "variant()", f, p, c));
+    };
   if (d.variants)
     d.variants = [name, f = std::move(d.variants)](const Platform& p) {
       std::vector<std::string> names = call_contained(name, "variants()", f, p);

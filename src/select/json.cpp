@@ -45,7 +45,7 @@ nlohmann::json json_of(const BackendDescriptor& d, const Platform& p) {
   return {{"name", d.name}, {"summary", d.summary}, {"priority", d.priority},
           {"preferred_block_size", d.preferred_block_size}, {"kv_layout", std::string(to_string(d.kv_layout))},
           {"kv_layout_rule", layout_rule_json(d.kv_layout_rule)}, {"module", d.module},
-          {"variant", d.variant ? d.variant(p) : std::string()}, {"capabilities", json_of(d.caps)}};
+          {"variant", d.variant ? d.variant(p, LayerConfig{}) : std::string()}, {"capabilities", json_of(d.caps)}};
 }
 
 nlohmann::json json_of(const Candidate& c) {

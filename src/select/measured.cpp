@@ -60,7 +60,7 @@ std::optional<MeasuredPick> measured_pick(const Registry& reg, const TuningFile&
     auto desc = reg.find(cand.backend);
     if (!desc) continue;
     offers.push_back({&cand, desc, desc->variants ? desc->variants(p) : std::vector<std::string>{},
-                      desc->variant ? desc->variant(p) : ""});
+                      desc->variant ? desc->variant(p, config) : ""});
   }
   std::vector<Valid> valid;
   for (const auto& ch : entry->choices) {

@@ -97,7 +97,7 @@ Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const Fo
   }
   d.backend = chosen->backend;
   auto desc = reg.find(d.backend);
-  d.variant = desc->variant ? desc->variant(p) : "";
+  d.variant = desc->variant ? desc->variant(p, c) : "";
   d.block_size_from_user = c.block_size != 0;
   d.block_size = c.block_size ? c.block_size : desc->preferred_block_size;
   if (desc->oracle) {

@@ -83,7 +83,7 @@ std::vector<TunedChoice> choices_for(const LayerConfig& c, const TuneOptions& o,
     std::vector<int> blocks = c.block_size ? std::vector<int>{c.block_size} : o.block_sizes;
     if (!c.block_size) blocks.insert(blocks.begin(), desc->preferred_block_size);
     std::vector<std::string> variants = desc->variants ? desc->variants(p) : std::vector<std::string>{""};
-    const std::string own = desc->variant ? desc->variant(p) : "";
+    const std::string own = desc->variant ? desc->variant(p, c) : "";
     std::stable_partition(variants.begin(), variants.end(), [&](const std::string& v) { return v == own; });
     std::set<int> seen;
     for (const auto& v : variants) {

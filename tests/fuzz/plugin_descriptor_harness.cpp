@@ -84,11 +84,11 @@ std::function<std::vector<Reason>(const LayerConfig&, const Platform&)> any_chec
   };
 }
 
-std::function<std::string(const Platform&)> any_variant(FuzzInput& in) {
+std::function<std::string(const Platform&, const LayerConfig&)> any_variant(FuzzInput& in) {
   const int mode = in.pick(4);
   if (mode == 0) return nullptr;
   const std::string text = any_text(in);
-  return [mode, text](const Platform&) -> std::string {
+  return [mode, text](const Platform&, const LayerConfig&) -> std::string {
     if (mode == 1) return text;
     throw_any(mode - 2, text);
   };

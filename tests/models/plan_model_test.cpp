@@ -7,6 +7,7 @@
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
 #include "attn/plan.hpp"
+#include "attn/registry.hpp"
 
 namespace {
 
@@ -133,6 +134,34 @@ TEST(PlanModel, JsonHasEveryGroupWithItsRangesAndDecision) {
   }
   ASSERT_EQ(j.at("stages").size(), 1u);
   EXPECT_EQ(j.at("stages")[0].at("layers"), json::array({0, p.model.num_layers}));
+}
+
+// What `attn plan` prints for a layer is what runs it: the decision's variant equals the one the
+// implementation built for that layer reports (cpu_mla's bf16-dot build, say, serves bf16 latent
+// caches only, so a float32 DeepSeek layer is planned and run on the avx512 one).
+TEST(PlanModel, PlannedVariantIsTheOneThatRuns) {
+  int checked = 0;
+  for (const std::string& name : builtin_models())
+    for (DType dtype : {DType::float32, DType::float16, DType::bfloat16}) {
+      ModelOverrides ov;
+      ov.dtype = dtype;
+      const ModelPlan plan = plan_model(load_model(name, ov), detect_cpu(), unforced());
+      for (const PlanGroup& g : plan.groups) {
+        if (!g.is_attention() || g.decision.backend.empty()) continue;
+        const auto desc = Registry::instance().find(g.decision.backend);
+        if (!desc || !desc->create) continue;
+        LayerParams p;
+        p.config = g.sample.attention;
+        p.config.block_size = g.decision.block_size;
+        p.scale = g.sample.softmax_scale;
+        if (p.config.has_sink) p.sinks.assign(std::size_t(p.config.num_heads), 0.0f);
+        const auto impl = Registry::instance().create(g.decision.backend, p);
+        EXPECT_EQ(g.decision.variant, impl->variant())
+            << name << " " << to_string(dtype) << " layers " << g.layer_ranges << " on " << g.decision.backend;
+        ++checked;
+      }
+    }
+  EXPECT_GT(checked, 40);
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ TEST(JsonRender, CapabilitiesOfEveryBackendRoundTrip) {
       EXPECT_EQ(rule.at("otherwise"), std::string(to_string(d->kv_layout_rule->otherwise)));
     }
     EXPECT_EQ(j.at("module"), d->module);
-    EXPECT_EQ(j.at("variant"), d->variant ? d->variant(here) : std::string());
+    EXPECT_EQ(j.at("variant"), d->variant ? d->variant(here, LayerConfig{}) : std::string());
     const Capabilities& c = d->caps;
     const json& cj = j.at("capabilities");
     EXPECT_EQ(cj, json::parse(to_json(c)));

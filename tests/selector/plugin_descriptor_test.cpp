@@ -126,7 +126,7 @@ TEST(PluginDescriptor, FactoryThrowingAForeignExceptionIsAnErrorNamingTheBackend
 TEST(PluginDescriptor, VariantThrowingIsAnErrorNamingTheBackend) {
   auto reg = Registry::with_builtins();
   BackendDescriptor d = stand_in(*reg);
-  d.variant = [](const Platform&) -> std::string { throw std::runtime_error("cpuid failed"); };
+  d.variant = [](const Platform&, const LayerConfig&) -> std::string { throw std::runtime_error("cpuid failed"); };
   d.variants = [](const Platform&) -> std::vector<std::string> { throw 3; };
   reg->add(d);
   EXPECT_TRUE(throws_error([&] { select(synthetic_layer(kHead), from(*reg)); },

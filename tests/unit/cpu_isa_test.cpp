@@ -133,7 +133,9 @@ TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
     EXPECT_EQ(m.impl->forward(m.md, margs).variant, mla::variant_name(mla_isa));
 
     // The selector's decisions name the same builds.
-    const auto decided = [](const char* backend) { return Registry::instance().find(backend)->variant(detect_cpu()); };
+    const auto decided = [&](const char* backend) {
+      return Registry::instance().find(backend)->variant(detect_cpu(), m.params.config);
+    };
     EXPECT_EQ(decided("cpu_flash"), cpu::to_string(flash_isa));
     EXPECT_EQ(decided("cpu_mla"), mla::variant_name(mla_isa));
     EXPECT_EQ(decided("cpu_sparse"), std::string(mla::variant_name(mla_isa)) + " topk");

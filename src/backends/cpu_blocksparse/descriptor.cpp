@@ -61,7 +61,7 @@ BackendDescriptor cpu_blocksparse_descriptor() {
   d.preferred_block_size = 16;
   d.kv_layout = KVLayout::NHD;
   d.extra_checks = [](const LayerConfig& c, const Platform&) { return pattern_checks(c); };
-  d.variant = [](const Platform& p) { return mla::variant_for(p, /*latent=*/false) + " block-sparse"; };
+  d.variant = [](const Platform& p, const LayerConfig&) { return mla::variant_for(p, /*latent=*/false) + " block-sparse"; };
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<BlockSparseImpl>(p); };
   return d;
 }

@@ -166,7 +166,7 @@ BackendDescriptor cpu_flash_descriptor() {
                                   .otherwise = KVLayout::HND,
                                   .cpu_features = {CpuFeature::avx512_bf16}};
   d.preferred_block_size = 64;
-  d.variant = [](const Platform& p) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
+  d.variant = [](const Platform& p, const LayerConfig&) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
   d.variants = cpu_flash::isa_variants;
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<cpu_flash::CpuFlashImpl>(p); };
   return d;

@@ -9,7 +9,7 @@ BackendDescriptor cpu_mla_descriptor() {
   d.summary = "multi-head latent attention (DeepSeek V2/V3): latent cache kv_lora_rank + rope shared by all heads; "
               "absorbed decode/chunked prefill, expanded prefill";
   d.extra_checks = [](const LayerConfig& c, const Platform&) { return mla::mla_extra_checks(c); };
-  d.variant = [](const Platform& p) { return mla::variant_for(p); };
+  d.variant = [](const Platform& p, const LayerConfig& c) { return mla::mla_variant_name(p, c); };
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<mla::MlaImpl>(p); };
   return d;
 }

@@ -47,7 +47,7 @@ BackendDescriptor cpu_sparse_descriptor() {
       r.push_back({"index_topk", std::to_string(c.index_topk), "> 0 (top-k positions per query token)"});
     return r;
   };
-  d.variant = [](const Platform& p) { return mla::variant_for(p) + " topk"; };
+  d.variant = [](const Platform& p, const LayerConfig& c) { return mla::mla_variant_name(p, c) + " topk"; };
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<mla::SparseMlaImpl>(p); };
   return d;
 }

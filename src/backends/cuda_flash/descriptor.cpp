@@ -41,7 +41,7 @@ std::vector<Reason> cuda_flash_extra_checks(const LayerConfig& cfg, const Platfo
 
 // Which compiled code runs: the cubin of the newest built arch of the same major version, else
 // the PTX of the newest arch, JIT-compiled by the driver.
-std::string cuda_flash_variant(const Platform& p) {
+std::string cuda_flash_variant(const Platform& p, const LayerConfig&) {
   if (p.kind != PlatformKind::cuda) return "sm_80 / sm_89 / sm_90 cubins + PTX, mma.sync";
   int best = 0;
   for (int arch : cuda_flash::kBuiltArchs)

@@ -12,9 +12,8 @@ float mla_scale(const LayerParams& p) {
   return qk > 0 && p.config.qk_nope_head_dim > 0 ? 1.0f / std::sqrt(float(qk)) : p.effective_scale();
 }
 
-std::string mla_variant_name(const LayerConfig& c) {
-  std::string name;
-  best_attend(&name);
+std::string mla_variant_name(const Platform& p, const LayerConfig& c) {
+  std::string name(variant_name(chosen_isa(p)));
   // The AMX and bf16-dot kernels serve bf16 / fp8 latent caches, the bf16-dot one fp8_ds_mla
   // entries too (per-tile scales); they hand the others to the avx512 one.
   const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
@@ -70,7 +69,7 @@ MlaImpl::MlaImpl(const LayerParams& params, std::string backend) : AttentionImpl
   shape_.rope = c.head_size - c.kv_lora_rank;
   shape_.scale = mla_scale(params_);
   shape_.num_threads = params_.num_threads;
-  variant_ = mla_variant_name(c);
+  variant_ = mla_variant_name(detect_cpu(), c);
   up_ = take_up_projections(params_);
 }
 

@@ -19,7 +19,9 @@ class MlaImpl : public AttentionImpl {
   /// expanded (needs mla_w_uk / mla_w_uv): q [num_tokens, num_heads, qk_nope + rope] (rope last) → out [.., v_head_dim];
   /// K = [c·W_UK[h] | k_pe], V = c·W_UV[h] for every cached position.
   RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
-  std::string variant() const override { return variant_ + " absorbed+expanded"; }
+  /// The kernel build, as the descriptor's variant names it for this layer; the form a run took is
+  /// RunResult's own field (both forms are always served).
+  std::string variant() const override { return variant_; }
 
  protected:
   MlaShape shape_;
@@ -35,6 +37,6 @@ float mla_scale(const LayerParams& params);
 /// layout and its preferred block size), and their common extra checks.
 BackendDescriptor mla_descriptor_base();
 std::vector<Reason> mla_extra_checks(const LayerConfig& cfg);
-std::string mla_variant_name(const LayerConfig& config);
+std::string mla_variant_name(const Platform& platform, const LayerConfig& config);
 
 }  // namespace attn::mla

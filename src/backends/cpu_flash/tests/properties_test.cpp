@@ -89,11 +89,11 @@ TEST(CpuFlashProperties, IsaOverrideIsHonouredAndChecked) {
   for (Isa isa : variants()) {
     ForceIsa force(isa);
     EXPECT_EQ(Registry::instance().create("cpu_flash", p)->variant(), to_string(isa));
-    EXPECT_EQ(Registry::instance().find("cpu_flash")->variant(detect_cpu()), to_string(isa));
+    EXPECT_EQ(Registry::instance().find("cpu_flash")->variant(detect_cpu(), p.config), to_string(isa));
   }
   {
     ForceIsa force("avx512_bf16");
-    EXPECT_EQ(Registry::instance().find("cpu_flash")->variant(parse_platform("cpu:avx2")), "avx2")
+    EXPECT_EQ(Registry::instance().find("cpu_flash")->variant(parse_platform("cpu:avx2"), LayerConfig{}), "avx2")
         << "a forced variant is capped at what the platform runs";
   }
   ForceIsa bad("sse9");
