@@ -10,6 +10,7 @@
 namespace attn {
 
 enum class LayerKind : uint8_t { attention, mixer };
+std::string_view to_string(LayerKind k);  // "attention" / "mixer"
 
 struct ModelLayer {
   int index = 0;

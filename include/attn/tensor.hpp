@@ -12,6 +12,7 @@
 namespace attn {
 
 enum class DeviceKind : uint8_t { cpu, cuda };
+std::string_view to_string(DeviceKind d);  // "cpu" / "cuda"
 
 struct TensorView {
   static constexpr int kMaxDims = 6;

@@ -138,8 +138,8 @@ void require_device(const Attention& a, const ArrayArg& x, const char* arg) {
   const bool runs_on_cuda = std::find(platforms.begin(), platforms.end(), PlatformKind::cpu) == platforms.end();
   const DeviceKind want = runs_on_cuda ? DeviceKind::cuda : DeviceKind::cpu;
   if (x.view.device != want)
-    throw nb::value_error((std::string(arg) + ".device=" + (x.view.device == DeviceKind::cuda ? "cuda" : "cpu") +
-                           " invalid: expected " + (want == DeviceKind::cuda ? "cuda" : "cpu") + " (backend " +
+    throw nb::value_error((std::string(arg) + ".device=" + std::string(to_string(x.view.device)) +
+                           " invalid: expected " + std::string(to_string(want)) + " (backend " +
                            a.decision.backend + " runs there)").c_str());
 }
 

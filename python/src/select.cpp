@@ -113,7 +113,7 @@ void bind_select(nb::module_& m) {
 
   nb::class_<ModelLayer>(m, "ModelLayer", "One layer of a model: attention (with its LayerConfig) or a mixer.")
       .def_ro("index", &ModelLayer::index)
-      .def_prop_ro("kind", [](const ModelLayer& l) { return l.kind == LayerKind::attention ? "attention" : "mixer"; })
+      .def_prop_ro("kind", [](const ModelLayer& l) { return std::string(to_string(l.kind)); })
       .def_ro("attention", &ModelLayer::attention)
       .def_prop_ro("mixer", [](const ModelLayer& l) -> std::optional<std::string> {
         if (l.kind != LayerKind::mixer) return std::nullopt;
@@ -159,7 +159,7 @@ void bind_select(nb::module_& m) {
       .def_ro("sharding", &PlanGroup::sharding)
       .def_ro("decision", &PlanGroup::decision)
       .def_ro("error", &PlanGroup::error)
-      .def_prop_ro("kind", [](const PlanGroup& g) { return g.is_attention() ? "attention" : "mixer"; });
+      .def_prop_ro("kind", [](const PlanGroup& g) { return std::string(to_string(g.whole.kind)); });
 
   nb::class_<ModelPlan>(m, "ModelPlan", "A model's layers grouped by configuration, one decision per group.")
       .def_ro("model", &ModelPlan::model)

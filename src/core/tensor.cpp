@@ -12,6 +12,16 @@
 #include "attn/numeric.hpp"
 
 namespace attn {
+
+// Switches without a default: a new enumerator without its name fails the build (-Wswitch).
+std::string_view to_string(DeviceKind d) {
+  switch (d) {
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::cuda: return "cuda";
+  }
+  return "?";
+}
+
 namespace {
 
 // Large buffers (KV caches) come from the kernel as zero pages mapped on first touch, so a cache

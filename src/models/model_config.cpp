@@ -8,6 +8,15 @@
 #include "models/families.hpp"
 
 namespace attn {
+
+std::string_view to_string(LayerKind k) {
+  switch (k) {  // no default: a new kind without its name fails the build (-Wswitch)
+    case LayerKind::attention: return "attention";
+    case LayerKind::mixer: return "mixer";
+  }
+  return "?";
+}
+
 namespace {
 
 using nlohmann::json;

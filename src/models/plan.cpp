@@ -125,7 +125,7 @@ std::string to_json(const ModelPlan& plan) {
   }
   for (const auto& g : plan.groups) {
     const json decision = detail::json_of(g.decision);
-    json gj{{"layers", g.layers}, {"layer_ranges", g.layer_ranges}, {"kind", g.is_attention() ? "attention" : "mixer"},
+    json gj{{"layers", g.layers}, {"layer_ranges", g.layer_ranges}, {"kind", std::string(to_string(g.whole.kind))},
             {"backend", g.decision.backend}, {"candidates", decision["candidates"]}, {"variant", g.decision.variant},
             {"notes", g.decision.notes}};
     if (g.is_attention()) {

@@ -73,7 +73,7 @@ LastLevelCache from_cpuid() {
   LastLevelCache best;
 #if defined(__x86_64__)
   for (unsigned leaf : {4u, 0x8000001Du}) {
-    if (__get_cpuid_max(leaf & 0x80000000u, nullptr) < leaf) continue;
+    if (static_cast<unsigned>(__get_cpuid_max(leaf & 0x80000000u, nullptr)) < leaf) continue;  // int in clang, unsigned in gcc
     for (unsigned sub = 0; sub < 16; ++sub) {
       unsigned a, b, c, d;
       __cpuid_count(leaf, sub, a, b, c, d);

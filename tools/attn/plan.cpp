@@ -183,7 +183,7 @@ std::string plan_text(const Plan& plan, bool candidates) {
   for (const auto& g : plan.groups) {
     const GroupSizes sizes = group_sizes(g);
     const std::string& backend = g.decision.backend;
-    s << "\nlayers " << g.layer_ranges << " (" << g.layers.size() << " " << (g.is_attention() ? "attention" : "mixer")
+    s << "\nlayers " << g.layer_ranges << " (" << g.layers.size() << " " << attn::to_string(g.whole.kind)
       << "): " << (backend.empty() ? "NO BACKEND" : backend);
     if (!g.decision.variant.empty()) s << " [" << g.decision.variant << "]";
     if (g.is_attention() && !backend.empty()) s << ", block size " << g.decision.block_size;

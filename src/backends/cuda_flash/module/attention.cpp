@@ -72,7 +72,6 @@ void check_new_kv(const TensorView& k, const TensorView& v, int64_t num_tokens, 
   ATTN_REQUIRE(v.dtype == k.dtype, "v.dtype", to_string(v.dtype), std::string(to_string(k.dtype)) + " (k's dtype)");
 }
 
-const char* device_name(DeviceKind d) { return d == DeviceKind::cuda ? "cuda" : "cpu"; }
 
 }  // namespace
 
@@ -199,7 +198,7 @@ RunResult CudaFlashAttention::run(const StepPlan& base_plan, const ForwardArgs& 
   check_device_tensor(args.out, "out", {c.dtype}, {md.num_tokens, c.num_heads, c.head_size}, false);
   Workspace own(cuda_allocator());
   Workspace& ws = args.workspace ? *args.workspace : own;
-  ATTN_REQUIRE(ws.device() == DeviceKind::cuda, "args.workspace.device", device_name(ws.device()),
+  ATTN_REQUIRE(ws.device() == DeviceKind::cuda, "args.workspace.device", std::string(to_string(ws.device())),
                "cuda (Workspace(Registry::instance().allocator(DeviceKind::cuda)))");
   if (ws.bytes() < plan.workspace_bytes()) ws.reserve(plan.workspace_bytes());
   if (md.num_tokens == 0) return {variant_, {}};
