@@ -38,7 +38,8 @@ step "bench smoke (attn bench --quick)"
 
 # Sanitizer builds at -O1 (what the sanitizers recommend) with line tables only (-g1): enough for
 # the reports' stack traces, and much faster to compile than -O2 -g (the ASan build took 41 min).
-# The ASan + UBSan tree is clang's: it compiles these sources in about half g++'s time. It is not
+# The ASan + UBSan tree is clang's: it compiles these sources in about half g++'s time, under
+# -Werror like the Release tree (clang warns where g++ does not: unsequenced arguments). It is not
 # the fuzz harnesses' tree: their coverage on every edge made the suite several times slower.
 SANITIZER_OPT="-O1 -g1 -DNDEBUG"
 step "AddressSanitizer + UBSan build (clang)"

@@ -153,9 +153,15 @@ TEST(KVStore, MatchesScalarOracleOnEveryLayoutAndDtype) {
   const Shape row_shapes[] = {{16, 2, 64, 64}, {5, 3, 33, 7}, {64, 1, 128, 96}};
   for (DType st : storages)
     for (DType src : sources) {
-      for (const Shape& s : pair_shapes) run_case({KVLayout::HND_PAIRS, st, src, s.bs, s.heads, s.hs, s.hv, seed % 2 == 0}, seed++);
+      for (const Shape& s : pair_shapes) {
+        run_case({KVLayout::HND_PAIRS, st, src, s.bs, s.heads, s.hs, s.hv, seed % 2 == 0}, seed);
+        ++seed;  // after the call: an argument list does not order `seed % 2` and `seed++`
+      }
       for (KVLayout l : {KVLayout::NHD, KVLayout::HND})
-        for (const Shape& s : row_shapes) run_case({l, st, src, s.bs, s.heads, s.hs, s.hv, seed % 2 == 1}, seed++);
+        for (const Shape& s : row_shapes) {
+          run_case({l, st, src, s.bs, s.heads, s.hs, s.hv, seed % 2 == 1}, seed);
+          ++seed;
+        }
       run_case({KVLayout::MLA, st, src, 16, 1, 576, 512, false}, seed++);
     }
 }
