@@ -83,9 +83,21 @@ TEST_P(PlantedBugs, EveryPlantedBugFailsAndTheCorrectOutputPasses) {
       for (FaultKind kind : all_faults()) {
         if ((kind == FaultKind::window_off_by_one) != window) continue;
         store_as_output(c, reference_attention(c, fault_for(kind, long_ctx)));
-        const CompareResult bad = compare_output(c, ref);
+        CompareResult bad = compare_output(c, ref);
+        // A missing rescale shows only where a row's running max rises after its first chunk;
+        // on coarse inputs (fp8_e5m2) some seeds put every row's max in the first chunk (about
+        // one run in 60), so that fault gets two more inputs before it counts as missed.
+        std::string tried = spec.describe();
+        for (uint64_t extra = 1; bad.ok && kind == FaultKind::no_rescale && extra <= 2; ++extra) {
+          const CaseSpec more = spec_for(p, long_ctx, window, seed + extra * 0x9E3779B97F4A7C15ull);
+          Case m = make_case(more, "reference");
+          const std::vector<double> mref = reference_attention(m);
+          store_as_output(m, reference_attention(m, fault_for(kind, long_ctx)));
+          bad = compare_output(m, mref);
+          tried += "\n  " + more.describe();
+        }
         EXPECT_FALSE(bad.ok) << name_of(p) << ": a kernel with \"" << to_string(kind) << "\" passes (max abs err "
-                             << bad.max_abs_err << ", " << bad.tolerance_used << " of the tolerance)\n  " << spec.describe();
+                             << bad.max_abs_err << ", " << bad.tolerance_used << " of the tolerance)\n  " << tried;
         if (!bad.ok)
           std::printf("[ planted ] %-26s %-40s caught at %8.1fx the tolerance\n", name_of(p).c_str(),
                       to_string(kind).c_str(), bad.tolerance_used);
