@@ -144,7 +144,8 @@ struct BackendDescriptor {
 /// {"name":..,"summary":..,"priority":..,"preferred_block_size":..,"kv_layout":..,
 ///  "kv_layout_rule": null or {"q_dtypes":[..],"storage_dtypes":[..],"otherwise":..,"cpu_features":[..]},
 ///  "module":..,
-///  "variant": its variant on `platform`, "capabilities": to_json(caps)} as JSON text.
+///  "variant": its variant on `platform` for a default (bfloat16) LayerConfig, "capabilities": to_json(caps)}
+/// as JSON text.
 std::string to_json(const BackendDescriptor& backend, const Platform& platform);
 
 }  // namespace attn

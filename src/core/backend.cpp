@@ -79,8 +79,7 @@ KVLayout kept_layout(KVLayout want, const std::optional<KVLayoutRule>& rule, con
   if (!layout_fits_sizes(s) || !serves(rule->q_dtypes, q_dtype) || !serves(rule->storage_dtypes, s.dtype))
     return rule->otherwise;
   if (rule->cpu_features.empty()) return want;
-  const Platform here = platform ? Platform{} : kernel_cpu();
-  const Platform& p = platform ? *platform : here;
+  const Platform p = platform ? *platform : kernel_cpu();
   const bool has_features = p.kind != PlatformKind::cpu || std::ranges::all_of(rule->cpu_features, [&](CpuFeature f) { return p.has(f); });
   return has_features ? want : rule->otherwise;
 }
