@@ -50,6 +50,23 @@ inline float tile_scale(const void* entry, int tile) {
 }
 }  // namespace ds_mla
 
+/// Per-token-head quantization (kv_cache_dtype int8_per_token_head / fp8_per_token_head),
+/// vLLM's format (vllm/v1/attention/ops/triton_reshape_and_cache_flash.py,
+/// _reshape_cache_per_token_head): each (slot, KV head) vector of K and of V is stored as codes
+/// (int8, or fp8 e4m3) with one fp32 scale = max(absmax / max code, 1e-6), code = value · (1 /
+/// scale) (int8: rounded half away from zero, clamped to [-128, 127]; e4m3: round to nearest
+/// even, saturating at ±448); value = code · scale. The scales live beside the codes in two
+/// [num_blocks][block_size][num_kv_heads] fp32 arrays, K's and V's.
+namespace token_head {
+constexpr float kMinScale = 1e-6f;
+/// The largest code magnitude: 127 (int8), 448 (fp8_e4m3).
+float max_code(DType storage);
+/// Quantizes one vector of n floats into `codes` (storage dtype int8 or fp8_e4m3) and returns its
+/// scale. A vector holding a NaN or an infinity gets a NaN scale and zero codes, so it reads as
+/// NaN, as an unquantized cache holding it would make the output; `nonfinite` counts such values.
+float quantize(const float* src, int32_t n, DType storage, void* codes, int64_t* nonfinite);
+}  // namespace token_head
+
 struct KVCacheSpec {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
@@ -62,6 +79,10 @@ struct KVCacheSpec {
   bool per_head_scales = false;   // one scale per kv head (else one per tensor)
 
   int32_t v_width() const { return head_size_v ? head_size_v : head_size; }
+  /// A per-token-head cache (see token_head): its scales are two more arrays beside the codes.
+  bool token_scales() const { return has_token_head_scales(kv_cache_dtype); }
+  /// Bytes of those two scale arrays (0 for other caches).
+  int64_t token_scale_bytes() const;
   std::vector<int64_t> shape() const;  // the declared cache shape
   /// Rejects sizes outside attn's limits (include/attn/limits.hpp) and inconsistent MLA specs.
   void validate() const;
@@ -87,7 +108,17 @@ struct PagedKV {
   /// fp8_ds_mla entries (see ds_mla above): strides count bytes, the per-tensor scales are 1 and
   /// unused, each entry carries its own tile scales.
   bool ds_mla = false;
+  /// Per-token-head caches: the K and V scales, one fp32 per (block, slot, KV head) in vLLM's
+  /// [num_blocks][block_size][num_kv_heads] order (token_scale_index); null for other caches,
+  /// whose per-tensor / per-head scales above apply (they are 1 here).
+  float* k_token_scales = nullptr;
+  float* v_token_scales = nullptr;
 };
+
+/// Where the scale of slot t of block b, KV head h, lies in k_token_scales / v_token_scales.
+inline int64_t token_scale_index(const PagedKV& v, int64_t b, int64_t t, int64_t h) {
+  return (b * v.block_size + t) * v.num_kv_heads + h;
+}
 
 /// The element index of K (is_v = false) or V dim d of token t, kv head h, in block b: the one
 /// way every strided reader and writer addresses the cache.
@@ -168,7 +199,16 @@ class KVCache {
   void write_validated(const TensorView& k, const TensorView& v, const BatchMetadata& md);
   /// fp8 caches: how many values every write() so far clamped to the fp8 range (±448 for e4m3),
   /// i.e. |value / scale| beyond it: a count that grows means the scales are too small.
+  /// Per-token-head caches: how many NaN / infinite values were written (their vectors read NaN).
   int64_t saturated_values() const { return saturated_; }
+  /// Per-token-head caches: the K and V scale arrays ([num_blocks][block_size][num_kv_heads] fp32
+  /// each): attn's own, or the engine's after use_token_scales. Null for other caches.
+  float* k_token_scales() const { return k_token_scales_; }
+  float* v_token_scales() const { return v_token_scales_; }
+  /// Per-token-head caches over an engine's memory: read and write the engine's own scale arrays
+  /// (host fp32, contiguous, num_blocks·block_size·num_kv_heads each) in place of attn's. They
+  /// must outlive this cache.
+  void use_token_scales(float* k_scales, float* v_scales);
   /// Copies a whole block (copy-on-write support).
   void copy_block(int32_t src, int32_t dst);
   /// Fills every element with `value` (tests: NaN poison in unused slots).
@@ -186,7 +226,11 @@ class KVCache {
   DeviceMemory device_;          // device caches: the bytes ...
   DeviceMemory device_scales_;   // ... and [2, num_kv_heads] scales (k then v)
   std::vector<float> k_scales_, v_scales_;
+  Buffer token_scale_storage_;   // per-token-head caches: attn's own K then V scales
+  float* k_token_scales_ = nullptr;
+  float* v_token_scales_ = nullptr;
   int64_t saturated_ = 0;
+  void init_scales();            // per-tensor scales 1, and the token scales of a per-token-head cache
 };
 
 /// Reference-counted block allocator: shared prefixes hold one block in several tables.

@@ -30,8 +30,13 @@ KVCacheDType parse_kv_cache_dtype(std::string_view name);
 const std::vector<KVCacheDType>& all_kv_cache_dtypes();
 /// True for anything other than auto / float16 / bfloat16.
 bool is_quantized(KVCacheDType k);
+/// True for the per-token-head formats (int8_per_token_head, fp8_per_token_head): every (slot,
+/// KV head) vector carries its own fp32 scale, max(absmax / max code, 1e-6), computed as it is
+/// written (vLLM's KVQuantMode INT8_PER_TOKEN_HEAD / FP8_PER_TOKEN_HEAD).
+bool has_token_head_scales(KVCacheDType k);
 /// The storage dtype of a cache with this kv dtype for a model of dtype `model`
-/// ("auto" → model dtype, "fp8" → fp8_e4m3). Throws for names attn stores no other way.
+/// ("auto" → model dtype, "fp8" and "fp8_per_token_head" → fp8_e4m3, "int8_per_token_head" →
+/// int8). Throws for names attn stores no other way.
 DType kv_storage_dtype(KVCacheDType k, DType model);
 
 /// Attention types (vLLM AttentionType values).

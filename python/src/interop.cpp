@@ -27,6 +27,7 @@ nb::dlpack::dtype dlpack_dtype(DType d) {
     case DType::bfloat16: return code(dtype_code::Bfloat, 16);
     case DType::fp8_e4m3: return code(dtype_code::Float8_E4M3FN, 8);
     case DType::fp8_e5m2: return code(dtype_code::Float8_E5M2, 8);
+    case DType::int8: return code(dtype_code::Int, 8);
     default: break;
   }
   throw Error("cache dtype " + std::string(to_string(d)) + " has no DLPack spelling");
@@ -60,10 +61,10 @@ DType cache_storage_dtype(nb::handle tensor, nb::object& exported) {
   if (!nb::try_cast(tensor, a, false))
     throw nb::type_error(("tensor=<" + text_of(nb::object(tensor.type().attr("__name__"))) +
                           "> invalid: expected a DLPack tensor (torch) or NumPy array").c_str());
-  for (DType d : {DType::float32, DType::float16, DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2})
+  for (DType d : {DType::float32, DType::float16, DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2, DType::int8})
     if (a.dtype() == dlpack_dtype(d)) return d;
   throw nb::type_error(("tensor.dtype=" + describe_dtype(tensor) +
-                        " invalid: expected a cache dtype (float32, float16, bfloat16, float8_e4m3fn, float8_e5m2)").c_str());
+                        " invalid: expected a cache dtype (float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, int8)").c_str());
 }
 
 std::string shape_text(const nb::ndarray<>& a) {
@@ -123,6 +124,8 @@ class ExternalKVCache : public KVCache {
   void check() const {
     for (const PinnedTensor& t : tensors_) t.check(arg_);
   }
+  /// One more tensor the cache reads (a per-token-head cache's scale arrays), kept and re-checked.
+  void keep(PinnedTensor t) { tensors_.push_back(std::move(t)); }
   /// The external caches alive, by address; read and written with the GIL held.
   static std::unordered_map<const KVCache*, const ExternalKVCache*>& wrapped() {
     static std::unordered_map<const KVCache*, const ExternalKVCache*> m;
@@ -149,14 +152,54 @@ PinnedTensor pin_cpu_tensor(nb::handle tensor, DType& dtype) {
   return PinnedTensor{exported, std::move(a), std::move(shape)};
 }
 
-KVCacheDType kv_cache_dtype_of(DType d) {
+/// The kv_cache_dtype of an engine's cache tensor: fp8 codes with per-token-head scales given are
+/// fp8_per_token_head, int8 codes always int8_per_token_head (they need the scales).
+KVCacheDType kv_cache_dtype_of(DType d, bool token_scales) {
+  if (d == DType::int8) return KVCacheDType::int8_per_token_head;
+  if (token_scales) {
+    require(d == DType::fp8_e4m3, "tensor.dtype", to_string(d), "int8 or float8_e4m3fn for a cache with k_scales / v_scales");
+    return KVCacheDType::fp8_per_token_head;
+  }
   return d == DType::fp8_e4m3 ? KVCacheDType::fp8_e4m3 : d == DType::fp8_e5m2 ? KVCacheDType::fp8_e5m2 : KVCacheDType::auto_;
+}
+
+/// A per-token-head cache's engine-owned scale arrays (vLLM's k_scale_cache / v_scale_cache):
+/// float32 [num_blocks, block_size, num_kv_heads], contiguous, on the CPU; read and written in
+/// place, kept alive and re-checked with the cache.
+void use_engine_token_scales(ExternalKVCache& cache, nb::handle k_scales, nb::handle v_scales) {
+  const KVCacheSpec& s = cache.spec();
+  if (k_scales.is_none() && v_scales.is_none()) {
+    require(!s.token_scales(), "k_scales", "None",
+            "the engine's float32 [num_blocks, block_size, num_kv_heads] K and V scale tensors for a " +
+                std::string(to_string(s.kv_cache_dtype)) + " cache");
+    return;
+  }
+  const std::string want = "(" + std::to_string(s.num_blocks) + ", " + std::to_string(s.block_size) + ", " + std::to_string(s.num_kv_heads) + ")";
+  float* ptr[2] = {nullptr, nullptr};
+  int i = 0;
+  for (nb::handle h : {k_scales, v_scales}) {
+    const char* arg = i == 0 ? "k_scales" : "v_scales";
+    require(!h.is_none(), arg, "None", "a float32 scale tensor beside the other one");
+    DType d;
+    PinnedTensor t = pin_cpu_tensor(h, d);
+    require(d == DType::float32, std::string(arg) + ".dtype", to_string(d), "float32");
+    require(t.shape == want, std::string(arg) + ".shape", t.shape, want + " = [num_blocks, block_size, num_kv_heads]");
+    int64_t expected = 1;
+    for (std::size_t x = t.pinned.ndim(); x-- > 0;) {
+      require(t.pinned.shape(x) == 1 || t.pinned.stride(x) == expected, std::string(arg) + ".strides",
+              "dimension " + std::to_string(x) + " stride " + std::to_string(t.pinned.stride(x)), std::to_string(expected) + " (contiguous)");
+      expected *= int64_t(t.pinned.shape(x));
+    }
+    ptr[i++] = static_cast<float*>(t.pinned.data());
+    cache.keep(std::move(t));
+  }
+  cache.use_token_scales(ptr[0], ptr[1]);
 }
 
 /// K and V views [num_blocks, block_size, num_kv_heads, head_size(_v)] at any strides (each row
 /// contiguous, K and V at the same strides), e.g. halves of vLLM's [K | V] rows or dense
 /// [batch, seq, heads, dim] tensors: a cache that reads and writes them in place.
-nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales) {
+nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales, nb::handle k_scales, nb::handle v_scales) {
   DType kd, vd;
   PinnedTensor kt = pin_cpu_tensor(k, kd), vt = pin_cpu_tensor(v, vd);
   const nb::ndarray<>&ka = kt.pinned, &va = vt.pinned;
@@ -177,7 +220,7 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales) {
     require(ka.stride(d) >= 0, "k.strides", "dimension " + std::to_string(d) + " stride " + std::to_string(ka.stride(d)), ">= 0");
   KVCacheSpec spec;
   spec.dtype = kd;
-  spec.kv_cache_dtype = kv_cache_dtype_of(kd);
+  spec.kv_cache_dtype = kv_cache_dtype_of(kd, !k_scales.is_none() || !v_scales.is_none());
   spec.per_head_scales = per_head_scales;
   spec.num_blocks = int32_t(ka.shape(0)), spec.block_size = int32_t(ka.shape(1)), spec.num_kv_heads = int32_t(ka.shape(2));
   spec.head_size = int32_t(ka.shape(3)), spec.head_size_v = int32_t(va.shape(3));
@@ -209,16 +252,20 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales) {
   std::vector<PinnedTensor> pinned;
   pinned.push_back(std::move(kt));
   pinned.push_back(std::move(vt));
-  return nb::cast(new ExternalKVCache(spec, m, std::move(pinned), "KVCache.from_views tensor"), nb::rv_policy::take_ownership);
+  auto* cache = new ExternalKVCache(spec, m, std::move(pinned), "KVCache.from_views tensor");
+  nb::object out = nb::cast(cache, nb::rv_policy::take_ownership);
+  use_engine_token_scales(*cache, k_scales, v_scales);
+  return out;
 }
 
-nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales) {
+nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales,
+                             nb::handle k_scales, nb::handle v_scales) {
   DType dtype;
   PinnedTensor t = pin_cpu_tensor(tensor, dtype);
   const nb::ndarray<>& a = t.pinned;
   KVCacheSpec spec;
   spec.dtype = dtype;
-  spec.kv_cache_dtype = kv_cache_dtype_of(dtype);
+  spec.kv_cache_dtype = kv_cache_dtype_of(dtype, !k_scales.is_none() || !v_scales.is_none());
   spec.per_head_scales = per_head_scales;
   const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
   const std::string& shape = t.shape;
@@ -252,7 +299,10 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
   const int64_t tensor_bytes = expected * int64_t(dtype_size(dtype));
   require(spec.bytes() == tensor_bytes, "tensor.nbytes", tensor_bytes,
           std::to_string(spec.bytes()) + " bytes, what the cache " + spec.to_string() + " addresses");
-  return nb::cast(new ExternalKVCache(spec, std::move(t), "KVCache.from_dlpack tensor"), nb::rv_policy::take_ownership);
+  auto* cache = new ExternalKVCache(spec, std::move(t), "KVCache.from_dlpack tensor");
+  nb::object out = nb::cast(cache, nb::rv_policy::take_ownership);
+  use_engine_token_scales(*cache, k_scales, v_scales);
+  return out;
 }
 
 }  // namespace
@@ -306,6 +356,13 @@ void check_storage(const KVCache& cache) {
 void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
   const int64_t n = cache.saturated_values() - saturated_before;
   if (n == 0) return;
+  if (cache.spec().token_scales()) {
+    const std::string msg = std::to_string(n) + " NaN or infinite values were written to this " +
+                            std::string(to_string(cache.spec().kv_cache_dtype)) +
+                            " cache: each (token, KV head) vector holding one reads as NaN (its scale is NaN)";
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw nb::python_error();
+    return;
+  }
   const auto& k = cache.k_scales();
   const auto& v = cache.v_scales();
   const std::string msg = std::to_string(n) + " values written to this " + std::string(to_string(cache.spec().dtype)) +
@@ -320,17 +377,36 @@ void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
 void bind_cache_interop(nb::class_<KVCache>& cls) {
   nb::class_<ExternalKVCache, KVCache>(cls, "_External", "A KVCache over an engine's tensor (KVCache.from_dlpack).");
   cls.def_static("from_dlpack", &cache_from_dlpack, nb::arg("tensor"), nb::kw_only(), nb::arg("layout") = "NHD",
-                 nb::arg("head_size_v") = 0, nb::arg("per_head_scales") = false,
+                 nb::arg("head_size_v") = 0, nb::arg("per_head_scales") = false, nb::arg("k_scales") = nb::none(),
+                 nb::arg("v_scales") = nb::none(),
                  "Wraps an engine-owned tensor as a cache, without copying: the shape gives num_blocks, block_size,\n"
                  "num_kv_heads and head_size for `layout`, the dtype the storage dtype (fp8 tensors make fp8 caches).\n"
+                 "Per-token-head caches (vLLM's int8_per_token_head / fp8_per_token_head): an int8 or float8_e4m3fn\n"
+                 "tensor with k_scales and v_scales, the engine's float32 [num_blocks, block_size, num_kv_heads]\n"
+                 "scale tensors, read and written in place like the codes.\n"
                  "It must be contiguous, on the CPU and 64-byte aligned; the tensor and its storage stay alive with the\n"
                  "cache, and every use checks the tensor still has that storage (resize_ / set_ on it is an error).");
   cls.def_static("from_views", &cache_from_views, nb::arg("k"), nb::arg("v"), nb::kw_only(), nb::arg("per_head_scales") = false,
+                 nb::arg("k_scales") = nb::none(), nb::arg("v_scales") = nb::none(),
                  "A cache over K and V views an engine laid out itself, read and written in place: k and v are\n"
                  "[num_blocks, block_size, num_kv_heads, head_size(_v)] at any strides (rows contiguous, K and V at\n"
                  "the same strides), on the CPU, e.g. the two halves of vLLM's per-token [K | V] rows, or dense\n"
                  "[batch, seq, heads, dim] K / V as one block per sequence. Kept alive and re-checked like from_dlpack.\n"
                  "A strided cache has no dense shape: numpy() / __dlpack__ refuse it (use the tensors themselves).");
+  cls.def(
+      "token_scales",
+      [](nb::handle self) -> nb::object {
+        const KVCache& c = nb::cast<const KVCache&>(self);
+        check_storage(c);
+        if (!c.spec().token_scales()) return nb::none();
+        const KVCacheSpec& s = c.spec();
+        const std::size_t shape[3] = {std::size_t(s.num_blocks), std::size_t(s.block_size), std::size_t(s.num_kv_heads)};
+        auto view = [&](float* p) { return nb::cast(nb::ndarray<nb::numpy, float>(p, 3, shape, self)); };
+        return nb::make_tuple(view(c.k_token_scales()), view(c.v_token_scales()));
+      },
+      "Per-token-head caches: (k_scales, v_scales), NumPy views (no copy) of the float32 [num_blocks, block_size,\n"
+      "num_kv_heads] scale arrays (vLLM's k_scale_cache / v_scale_cache layout); an element reads code * scale of its\n"
+      "(block, slot, KV head). None for other caches.");
   cls.def_prop_ro("strided", &KVCache::strided, "True for caches made by from_views (the engine's strides).");
   cls.def_prop_ro("owns_storage", &KVCache::owns_storage, "False for caches made by from_dlpack.");
   cls.def(

@@ -106,6 +106,7 @@ nb::object cache_array(nb::handle self) {
   const char* ml = nullptr;
   switch (s.dtype) {
     case DType::float16: return arr.attr("view")(nb::module_::import_("numpy").attr("float16"));
+    case DType::int8: return arr.attr("view")(nb::module_::import_("numpy").attr("int8"));
     case DType::bfloat16: ml = "bfloat16"; break;
     case DType::fp8_e4m3: ml = "float8_e4m3fn"; break;
     case DType::fp8_e5m2: ml = "float8_e5m2"; break;

@@ -92,6 +92,24 @@ class Batch:
                                    seq_lens=self.seq_lens, scale=self.layer.scale, **kw)
 
 
+TOKEN_HEAD_DTYPES = ("int8_per_token_head", "fp8_per_token_head")
+
+
+def token_head_quantized(x: np.ndarray, storage: str):
+    """vLLM's per-token-head quantization of x [..., head_size] (one scale per vector: absmax over
+    the last axis / the top code, floored at 1e-6; code = x * (1 / scale), int8 rounded half away
+    from zero): (dequantized float64 values, codes, float32 scales [..., 1])."""
+    x32 = np.asarray(x, dtype=np.float32)
+    top = np.float32(127.0 if storage == "int8" else 448.0)
+    scale = np.maximum(np.abs(x32).max(axis=-1, keepdims=True) / top, np.float32(1e-6)).astype(np.float32)
+    q = x32 * (np.float32(1) / scale)
+    if storage == "int8":
+        codes = np.clip(np.where(q >= 0, q + np.float32(0.5), q - np.float32(0.5)), -128, 127).astype(np.int8)
+    else:
+        codes = q.astype(ml_dtypes.float8_e4m3fn)
+    return codes.astype(np.float64) * scale.astype(np.float64), codes, scale
+
+
 def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, query_lens, *, block_size=None,
                kv_scale=None, spare_blocks=3, poison=True) -> Batch:
     """Random q/k/v for sequences with `context_lens` cached tokens and `query_lens` new ones.
@@ -139,6 +157,10 @@ def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, qu
     batch = Batch(layer, cache, md, q, query_lens=list(query_lens), seq_lens=seq_lens)
     batch.q_ref = q.astype(np.float64)
     # The cache converts from the I/O dtype, so the reference rounds twice like the data did.
+    if cache.kv_cache_dtype in TOKEN_HEAD_DTYPES:
+        batch.k_ref = [token_head_quantized(rounded(k, cfg.dtype), storage)[0] for k in k_all]
+        batch.v_ref = [token_head_quantized(rounded(v, cfg.dtype), storage)[0] for v in v_all]
+        return batch
     batch.k_ref = [stored(rounded(k, cfg.dtype), storage, scales) for k in k_all]
     batch.v_ref = [stored(rounded(v, cfg.dtype), storage, scales) for v in v_all]
     return batch

@@ -26,7 +26,7 @@ def test_backends_are_capability_records():
 def test_cpu_flash_states_which_caches_get_its_pair_layout():
     flash = {b.name: b for b in attn.backends()}["cpu_flash"]
     assert flash.kv_layout == "HND_PAIRS"
-    assert flash.kv_layout_rule == {"q_dtypes": ["bfloat16"], "storage_dtypes": ["bfloat16", "fp8_e4m3", "fp8_e5m2"],
+    assert flash.kv_layout_rule == {"q_dtypes": ["bfloat16"], "storage_dtypes": ["bfloat16", "fp8_e4m3", "fp8_e5m2", "int8"],
                                     "otherwise": "HND", "cpu_features": ["avx512_bf16"]}
     assert flash.to_dict()["kv_layout_rule"] == flash.kv_layout_rule
 

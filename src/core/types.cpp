@@ -83,6 +83,10 @@ bool is_quantized(KVCacheDType k) {
   return k != KVCacheDType::auto_ && k != KVCacheDType::float16 && k != KVCacheDType::bfloat16;
 }
 
+bool has_token_head_scales(KVCacheDType k) {
+  return k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head;
+}
+
 DType kv_storage_dtype(KVCacheDType k, DType model) {
   switch (k) {
     case KVCacheDType::auto_: return model;
@@ -92,9 +96,11 @@ DType kv_storage_dtype(KVCacheDType k, DType model) {
     // (KVCacheSpec); the cache is an array of bytes, stored as fp8_e4m3 elements.
     case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: case KVCacheDType::fp8_ds_mla: return DType::fp8_e4m3;
     case KVCacheDType::fp8_e5m2: return DType::fp8_e5m2;
+    case KVCacheDType::fp8_per_token_head: return DType::fp8_e4m3;
+    case KVCacheDType::int8_per_token_head: return DType::int8;
     default:
       throw Error("kv_cache_dtype=" + std::string(to_string(k)) +
-                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla (MLA)");
+                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, int8_per_token_head, fp8_per_token_head, fp8_ds_mla (MLA)");
   }
 }
 

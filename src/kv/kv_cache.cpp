@@ -66,6 +66,42 @@ void dequantize_entry(const void* entry, float* dst) {
 
 }  // namespace ds_mla
 
+namespace token_head {
+
+float max_code(DType storage) {
+  ATTN_REQUIRE(storage == DType::int8 || storage == DType::fp8_e4m3, "storage dtype", to_string(storage),
+               "int8 or fp8_e4m3 for a per-token-head cache");
+  return storage == DType::int8 ? 127.0f : kFp8E4M3Max;
+}
+
+float quantize(const float* src, int32_t n, DType storage, void* codes, int64_t* nonfinite) {
+  const float top = max_code(storage);
+  float amax = 0.0f;
+  int64_t bad = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!std::isfinite(src[i])) ++bad;
+    else amax = std::max(amax, std::fabs(src[i]));
+  }
+  if (bad) {
+    std::memset(codes, 0, std::size_t(n));
+    if (nonfinite) *nonfinite += bad;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float scale = std::max(amax / top, kMinScale), inv = 1.0f / scale;
+  for (int32_t i = 0; i < n; ++i) {
+    const float q = src[i] * inv;
+    if (storage == DType::int8) {
+      // Half away from zero, then the truncating conversion (vLLM's order).
+      static_cast<int8_t*>(codes)[i] = int8_t(std::clamp(q >= 0 ? q + 0.5f : q - 0.5f, -128.0f, 127.0f));
+    } else {
+      static_cast<uint8_t*>(codes)[i] = f32_to_fp8_e4m3(q);
+    }
+  }
+  return scale;
+}
+
+}  // namespace token_head
+
 std::string_view to_string(KVLayout l) {
   switch (l) {
     case KVLayout::NHD: return "NHD";
@@ -127,8 +163,15 @@ void KVCacheSpec::validate() const {
   check_heads("num_kv_heads", num_kv_heads);
   check_head_size("head_size", head_size);
   check_head_size("head_size_v", head_size_v, 0);
-  require(dtype != DType::int32 && dtype != DType::int64 && dtype != DType::int8, "cache dtype", attn::to_string(dtype),
-          "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2");
+  require(dtype != DType::int32 && dtype != DType::int64 && (dtype != DType::int8 || token_scales()), "cache dtype",
+          attn::to_string(dtype), "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (int8: int8_per_token_head caches)");
+  if (token_scales()) {
+    const std::string what = " for kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype));
+    const DType want = kv_storage_dtype(kv_cache_dtype, DType::bfloat16);
+    require(dtype == want, "cache dtype", attn::to_string(dtype), std::string(attn::to_string(want)) + what);
+    require(layout != KVLayout::MLA, "layout", attn::to_string(layout), "NHD, HND or HND_PAIRS" + what);
+    require(!per_head_scales, "per_head_scales", "true", "false" + what + " (each slot carries its own scales)");
+  }
   if (layout == KVLayout::MLA) {
     require(num_kv_heads == 1, "num_kv_heads", num_kv_heads, "1 for the MLA latent cache");
     require(v_width() <= head_size, "head_size_v", head_size_v, "<= head_size for the MLA latent cache");
@@ -148,11 +191,34 @@ int64_t KVCacheSpec::bytes() const {
   return checked_nbytes("KVCache", dtype, shape());
 }
 
+int64_t KVCacheSpec::token_scale_bytes() const {
+  if (!token_scales()) return 0;
+  validate();
+  return checked_nbytes("KVCache token scales", DType::float32, {2, num_blocks, block_size, num_kv_heads});
+}
+
+void KVCache::init_scales() {
+  k_scales_.assign(std::size_t(spec_.num_kv_heads), 1.0f);
+  v_scales_ = k_scales_;
+  if (!spec_.token_scales()) return;
+  const int64_t per = int64_t(spec_.num_blocks) * spec_.block_size * spec_.num_kv_heads;
+  token_scale_storage_ = Buffer(DType::float32, {2, per});  // zeroed: an unwritten slot reads 0
+  k_token_scales_ = static_cast<float*>(token_scale_storage_.data());
+  v_token_scales_ = k_token_scales_ + per;
+}
+
+void KVCache::use_token_scales(float* k, float* v) {
+  ATTN_REQUIRE(spec_.token_scales(), "kv_cache_dtype", to_string(spec_.kv_cache_dtype),
+               "int8_per_token_head or fp8_per_token_head for a cache with token scales");
+  ATTN_REQUIRE(k != nullptr && v != nullptr, "token scales", "null", "the engine's K and V scale arrays");
+  k_token_scales_ = k, v_token_scales_ = v;
+  token_scale_storage_ = Buffer();
+}
+
 KVCache::KVCache(const KVCacheSpec& spec) : spec_(spec) {
   spec.bytes();  // validates, and refuses a shape whose byte count would wrap
   storage_ = Buffer(spec.dtype, spec.shape());
-  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
-  v_scales_ = k_scales_;
+  init_scales();
 }
 
 KVCache::KVCache(const KVCacheSpec& spec, void* external) : spec_(spec), external_(external) {
@@ -161,8 +227,7 @@ KVCache::KVCache(const KVCacheSpec& spec, void* external) : spec_(spec), externa
   // attn's own storage is 64-byte aligned and the kernels are built and tested on that.
   require(reinterpret_cast<std::uintptr_t>(external) % 64 == 0, "external storage address",
           reinterpret_cast<std::uintptr_t>(external), "a multiple of 64 bytes");
-  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
-  v_scales_ = k_scales_;
+  init_scales();
 }
 
 namespace {
@@ -206,19 +271,21 @@ KVCache::KVCache(const KVCacheSpec& spec, const StridedKV& m) : spec_(spec), str
   }
   external_ = const_cast<void*>(m.memory);
   external_bytes_ = m.bytes;
-  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
-  v_scales_ = k_scales_;
+  init_scales();
 }
 
 KVCache::KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> allocator) : spec_(spec) {
   require(allocator != nullptr, "allocator", "null", "a device allocator (host_allocator() or Registry::allocator)");
   const int64_t bytes = spec.bytes();
-  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
-  v_scales_ = k_scales_;
   if (allocator->device() == DeviceKind::cpu) {
     storage_ = Buffer(spec.dtype, spec.shape());
+    init_scales();
     return;
   }
+  require(!spec.token_scales(), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype),
+          "a dtype without per-token-head scales for a device cache (they are served on the CPU)");
+  k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
+  v_scales_ = k_scales_;
   device_ = DeviceMemory(allocator, std::size_t(bytes));
   allocator->memset(device_.data(), 0, device_.bytes());
   device_scales_ = DeviceMemory(allocator, 2 * k_scales_.size() * sizeof(float));
@@ -245,6 +312,11 @@ void KVCache::copy_from(const KVCache& o) {
   }
   k_scales_ = o.k_scales_;
   v_scales_ = o.v_scales_;
+  if (spec_.token_scales()) {
+    const std::size_t per = std::size_t(spec_.token_scale_bytes()) / 2;
+    std::memcpy(k_token_scales_, o.k_token_scales_, per);
+    std::memcpy(v_token_scales_, o.v_token_scales_, per);
+  }
   upload_scales();
 }
 
@@ -283,11 +355,14 @@ PagedKV KVCache::view() const {
   v.k_scales = device_ ? static_cast<const float*>(device_scales_.data()) : k_scales_.data();
   v.v_scales = device_ ? static_cast<const float*>(device_scales_.data()) + spec_.num_kv_heads : v_scales_.data();
   v.ds_mla = is_ds_mla(spec_);
+  v.k_token_scales = k_token_scales_, v.v_token_scales = v_token_scales_;
   return v;
 }
 
 void KVCache::set_scales(const std::vector<float>& k, const std::vector<float>& v) {
   const std::size_t h = std::size_t(spec_.num_kv_heads);
+  require(!spec_.token_scales(), "kv_cache_dtype", to_string(spec_.kv_cache_dtype),
+          "a cache with per-tensor or per-head scales: per-token-head caches compute each slot's scales as it is written");
   auto check = [&](const std::vector<float>& s, const char* arg) {
     require(s.size() == 1 || s.size() == h, std::string(arg) + ".size()", s.size(),
             "1 (per tensor) or num_kv_heads = " + std::to_string(h) + " (per head)");
@@ -403,6 +478,11 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
   require(dst >= 0 && dst < spec_.num_blocks, "dst_block", dst, "a block id in [0, " + std::to_string(spec_.num_blocks) + ")");
   const PagedKV pv = view();
   if (src == dst) return;
+  if (spec_.token_scales()) {  // the block's slots keep their scales
+    const std::size_t n = std::size_t(spec_.block_size) * std::size_t(spec_.num_kv_heads);
+    for (float* s : {k_token_scales_, v_token_scales_})
+      std::memmove(s + std::size_t(dst) * n, s + std::size_t(src) * n, n * sizeof(float));
+  }
   if (strided()) {  // rows at the engine's strides: only the addressed elements move
     const std::size_t es = dtype_size(spec_.dtype);
     char* b = static_cast<char*>(pv.base);
@@ -423,6 +503,12 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
 }
 
 void KVCache::fill(float value) {
+  if (spec_.token_scales()) {  // every code 1 and every scale `value`: each element reads `value`
+    const int64_t per = int64_t(spec_.num_blocks) * spec_.block_size * spec_.num_kv_heads;
+    std::fill(k_token_scales_, k_token_scales_ + per, value);
+    std::fill(v_token_scales_, v_token_scales_ + per, value);
+    value = 1.0f;
+  }
   if (strided()) {  // only the elements the cache addresses: the memory between may be the engine's
     const PagedKV pv = view();
     for (bool is_v : {false, true})

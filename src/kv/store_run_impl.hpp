@@ -59,6 +59,26 @@ inline __m256i f32x16_to_bf16(__m512 x) {
 }
 #endif
 
+#if ATTN_STORE_AVX512
+// 16 floats to e4m3 bytes, as f32_to_fp8_e4m3 rounds them (nearest even, saturating at ±448, NaN
+// to the NaN code, the sign kept for zeros): normals round at mantissa bit 20 of the fp32 bits and
+// rebias the exponent (the carry of a rounding up moves into it), values below 2^-6 are multiples of
+// 2^-9 (code = round(|x| · 512); 8 is the smallest normal's code, which is what rounding up gives).
+inline __m128i f32x16_to_e4m3(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x), mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(mag, 20), _mm512_set1_epi32(1));
+  const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(mag, _mm512_add_epi32(_mm512_set1_epi32(0x7ffff), lsb)), 20),
+                                          _mm512_set1_epi32(120 << 3));
+  const __m512 a = _mm512_castsi512_ps(mag);
+  const __m512i sub = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(512.0f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512i code = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.015625f), _CMP_LT_OQ), normal, sub);
+  code = _mm512_min_epi32(code, _mm512_set1_epi32(0x7e));  // also catches ±inf and the huge (their `normal` is large)
+  code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f));  // NaN
+  code = _mm512_or_si512(code, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+  return _mm512_cvtepi32_epi8(code);
+}
+#endif
+
 // One row of n values from the caller's dtype into storage dtype `dd` (fp8: times inv_scale).
 int64_t convert_row(const char* src, DType sd, char* dst, DType dd, int32_t n, float inv_scale, bool stream = false) {
   if (sd == dd && !fp8(dd)) {
@@ -91,14 +111,80 @@ int64_t convert_row(const char* src, DType sd, char* dst, DType dd, int32_t n, f
   // fp8: scaled in chunks so the count of unrepresentable values reads the scaled floats once.
   const float max = dd == DType::fp8_e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
   int64_t bad = 0;
-  float scaled[64];
+  alignas(64) float scaled[64];
   for (; i < n; i += 64) {
     const int32_t m = std::min(64, n - i);
     for (int32_t j = 0; j < m; ++j) scaled[j] = load_as_float(src, sd, i + j) * inv_scale;
     bad += count_unrepresentable(scaled, m, max);
-    for (int32_t j = 0; j < m; ++j) store_from_float(dst, dd, i + j, scaled[j]);
+    int32_t j = 0;
+#if ATTN_STORE_AVX512
+    if (dd == DType::fp8_e4m3)
+      for (; j + 16 <= m; j += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + j), f32x16_to_e4m3(_mm512_load_ps(scaled + j)));
+#endif
+    for (; j < m; ++j) store_from_float(dst, dd, i + j, scaled[j]);
   }
   return bad;
+}
+
+// Per-token-head caches: one (slot, head) vector quantized with its own scale (token_head), the
+// scale written to *scale. Returns the non-finite values it held.
+int64_t quantize_row(const char* src, DType sd, char* dst, DType dd, int32_t n, float* scale) {
+#if ATTN_STORE_AVX512
+  // int8 / e4m3 from fp32 / bf16 / fp16 rows in registers: the same operations as
+  // token_head::quantize in the same order (absmax, one division, x · (1 / scale), then half away
+  // from zero and truncation, or f32x16_to_e4m3), so both give the same bytes; a vector with a
+  // NaN or an infinity takes the scalar form.
+  if ((dd == DType::int8 || dd == DType::fp8_e4m3) && (sd == DType::float32 || sd == DType::bfloat16 || sd == DType::float16)) {
+    auto load = [&](int32_t i, __mmask16 m) -> __m512 {
+      if (sd == DType::float32) return _mm512_maskz_loadu_ps(m, src + 4 * std::size_t(i));
+      const __m256i h = _mm256_maskz_loadu_epi16(m, src + 2 * std::size_t(i));
+      if (sd == DType::float16) return _mm512_cvtph_ps(h);
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    };
+    auto mask = [&](int32_t i) { return n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u); };
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int32_t i = 0; i < n; i += 16) {
+      const __m512 x = load(i, mask(i));
+      const __m512i e = _mm512_set1_epi32(0x7f800000);  // all exponent bits: NaN or ±Inf
+      bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), e), e);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
+    }
+    if (!bad) {
+      const float sc = std::max(_mm512_reduce_max_ps(amax) / token_head::max_code(dd), token_head::kMinScale);
+      const __m512 inv = _mm512_set1_ps(1.0f / sc), half = _mm512_set1_ps(0.5f);
+      for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = mask(i);
+        const __m512 q = _mm512_mul_ps(load(i, m), inv);
+        if (dd == DType::fp8_e4m3) {
+          _mm_mask_storeu_epi8(dst + i, m, f32x16_to_e4m3(q));
+          continue;
+        }
+        // q + 0.5 for q >= 0 (-0 included), q - 0.5 below
+        const __m512 r = _mm512_mask_sub_ps(_mm512_add_ps(q, half), _mm512_cmp_ps_mask(q, _mm512_setzero_ps(), _CMP_LT_OQ), q, half);
+        _mm512_mask_cvtsepi32_storeu_epi8(dst + i, m, _mm512_cvttps_epi32(r));
+      }
+      *scale = sc;
+      return 0;
+    }
+  }
+#endif
+  float row[limits::kMaxHeadSize];
+  for (int32_t i = 0; i < n; ++i) row[i] = load_as_float(src, sd, i);
+  int64_t bad = 0;
+  *scale = token_head::quantize(row, n, dd, dst, &bad);
+  return bad;
+}
+
+// Where slot t's scale for `head` goes in a per-token-head cache; null for other caches.
+float* token_scale_slot(const PagedKV& pv, bool is_v, int64_t block, int64_t t, int32_t head) {
+  float* s = is_v ? pv.v_token_scales : pv.k_token_scales;
+  return s ? s + token_scale_index(pv, block, t, head) : nullptr;
+}
+
+// One row into storage: converted (scaled by inv_scale for fp8), or quantized with its own scale.
+int64_t write_row(const char* src, DType sd, char* dst, DType dd, int32_t n, float inv_scale, float* token_scale, bool stream = false) {
+  return token_scale ? quantize_row(src, sd, dst, dd, n, token_scale) : convert_row(src, sd, dst, dd, n, inv_scale, stream);
 }
 
 template <int kBytes>
@@ -254,7 +340,7 @@ int64_t store_pairs(const PagedKV& pv, const RowSource& src, int64_t block, int3
     alignas(64) char row[limits::kMaxHeadSize * sizeof(float)];
     const char* rows[1] = {row};
     for (int32_t i = 0; i < count; ++i) {
-      bad += convert_row(src.data + i * src.stride, src.dtype, row, pv.dtype, n, inv_scale);
+      bad += write_row(src.data + i * src.stride, src.dtype, row, pv.dtype, n, inv_scale, token_scale_slot(pv, is_v, block, offset + i, head));
       place_group(r, rows, 1, offset + i, is_v, n);
     }
     return bad;
@@ -271,7 +357,7 @@ int64_t store_pairs(const PagedKV& pv, const RowSource& src, int64_t block, int3
         continue;
       }
       char* converted = tile + std::size_t(j) * std::size_t(n) * es;
-      bad += convert_row(s, src.dtype, converted, pv.dtype, n, inv_scale);
+      bad += write_row(s, src.dtype, converted, pv.dtype, n, inv_scale, token_scale_slot(pv, is_v, block, t + j, head));
       rows[j] = converted;
     }
     place_group(r, rows, g, t, is_v, n);
@@ -291,8 +377,8 @@ int64_t ATTN_STORE_RUN_NAME(const PagedKV& pv, const RowSource& src, int64_t blo
     const std::size_t es = dtype_size(pv.dtype);
     char* base = static_cast<char*>(pv.base);
     for (int32_t i = 0; i < count; ++i)
-      bad += convert_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
-                         pv.dtype, n, inv_scale, stream);
+      bad += write_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
+                       pv.dtype, n, inv_scale, token_scale_slot(pv, is_v, block, offset + i, head), stream);
   }
 #if ATTN_STORE_AVX512
   if (stream) _mm_sfence();  // streamed lines are weakly ordered: visible before the caller's next step

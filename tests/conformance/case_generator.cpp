@@ -20,6 +20,7 @@ bool dense_kv(KVCacheDType k) {
   switch (k) {
     case KVCacheDType::auto_: case KVCacheDType::float16: case KVCacheDType::bfloat16:
     case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: case KVCacheDType::fp8_e5m2: return true;
+    case KVCacheDType::int8_per_token_head: case KVCacheDType::fp8_per_token_head: return true;
     default: return false;
   }
 }
@@ -240,6 +241,28 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
         });
         if (quick) break;
       }
+  // Per-token-head caches: each slot's scales meet every io dtype, a wide GQA group (the decode
+  // kernels' 4-row tiles), and long contexts with windows and sinks (split KV, partly visible chunks).
+  for (KVCacheDType k : kv_dtypes)
+    if (has_token_head_scales(k)) {
+      const std::string name = "per-token-head " + std::string(to_string(k));
+      for (DType t : dtypes) {
+        add(name + " " + std::string(to_string(t)), [&](CaseSpec& s) {
+          s.config.kv_cache_dtype = k;
+          s.config.dtype = t;
+          s.config.num_heads = 8;
+        });
+        if (quick) break;
+      }
+      const int window = std::uniform_int_distribution<int>(40, 1500)(rng);
+      add(name + " long, window, sinks", [&](CaseSpec& s) {
+        s.config.kv_cache_dtype = k;
+        s.config.dtype = contains(dtypes, DType::bfloat16) ? DType::bfloat16 : dtypes.front();
+        if (caps.sliding_window) s.config.sliding_window = window;
+        if (caps.sinks) s.config.has_sink = true;
+        s.seqs = beyond_one_split(rng, false);
+      });
+    }
   if (caps.batch_invariance) add("use_batch_invariant", [](CaseSpec& s) { s.config.use_batch_invariant = true; });
   if (caps.sinks && caps.sliding_window && caps.soft_cap)
     add("sinks+window+soft_cap (gpt-oss / gemma style)", [](CaseSpec& s) {

@@ -152,7 +152,9 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
     m.token = head_major ? row : int64_t(Hkv) * row;
     c.cache = std::make_unique<KVCache>(cs, m);
   }
-  const bool fp8 = cs.dtype == DType::fp8_e4m3 || cs.dtype == DType::fp8_e5m2;
+  // Per-tensor / per-head fp8 scales; per-token-head caches (token) compute their own as written.
+  const bool token = cs.token_scales();
+  const bool fp8 = (cs.dtype == DType::fp8_e4m3 || cs.dtype == DType::fp8_e5m2) && !token;
   if (fp8) {
     const float base = spec.value_range / 100.0f;  // values land well inside the fp8 range
     std::vector<float> ks(spec.per_head_scales ? std::size_t(Hkv) : 1), vs(ks.size());
@@ -180,8 +182,22 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
     auto& dv = c.dense_v[s];
     dk.resize(std::size_t(len) * Hkv * D);
     dv.resize(std::size_t(len) * Hkv * Dv);
+    // A per-token-head vector as the cache will hold it: quantized by the one quantizer
+    // (token_head::quantize, which the store's vector form matches byte for byte), dequantized.
+    auto token_row = [&](const Buffer& src, int64_t first, int n, double* dst) {
+      std::vector<float> row(static_cast<std::size_t>(n));
+      std::vector<uint8_t> codes(static_cast<std::size_t>(n));
+      for (int x = 0; x < n; ++x) row[std::size_t(x)] = load_as_float(src.data(), io, first + x);
+      const float sc = token_head::quantize(row.data(), n, cs.dtype, codes.data(), nullptr);
+      for (int x = 0; x < n; ++x) dst[x] = double(load_as_float(codes.data(), cs.dtype, x)) * sc;
+    };
     for (int t = 0; t < len; ++t)
       for (int h = 0; h < Hkv; ++h) {
+        if (token && t >= first_new) {
+          token_row(k, (int64_t(t) * Hkv + h) * D, D, &dk[(std::size_t(t) * Hkv + h) * D]);
+          token_row(v, (int64_t(t) * Hkv + h) * Dv, Dv, &dv[(std::size_t(t) * Hkv + h) * Dv]);
+          continue;
+        }
         const float ksc = c.cache->k_scales()[std::size_t(h)], vsc = c.cache->v_scales()[std::size_t(h)];
         for (int x = 0; x < D; ++x) {
           const std::size_t i = (std::size_t(t) * Hkv + h) * D + x;

@@ -171,6 +171,49 @@ TEST(KVCacheConstruction, IntegerStorageDType) {
   EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"cache dtype=int8", "fp8_e4m3"}));
 }
 
+TEST(KVCacheConstruction, PerTokenHeadSpecs) {
+  KVCacheSpec s = small_spec(DType::int8, KVLayout::HND_PAIRS);
+  s.kv_cache_dtype = KVCacheDType::int8_per_token_head;
+  s.block_size = 16;
+  KVCache ok(s);  // int8 codes with their scales
+  EXPECT_EQ(s.token_scale_bytes(), 2 * int64_t(s.num_blocks) * s.block_size * s.num_kv_heads * 4);
+  EXPECT_NE(ok.k_token_scales(), nullptr);
+  EXPECT_EQ(ok.view().v_token_scales, ok.v_token_scales());
+  KVCacheSpec wrong = s;
+  wrong.dtype = DType::fp8_e4m3;
+  EXPECT_TRUE(throws_error([&] { KVCache c(wrong); }, {"cache dtype=fp8_e4m3", "int8 for kv_cache_dtype int8_per_token_head"}));
+  wrong = s;
+  wrong.kv_cache_dtype = KVCacheDType::fp8_per_token_head;
+  EXPECT_TRUE(throws_error([&] { KVCache c(wrong); }, {"cache dtype=int8", "fp8_e4m3 for kv_cache_dtype fp8_per_token_head"}));
+  wrong = s;
+  wrong.per_head_scales = true;
+  EXPECT_TRUE(throws_error([&] { KVCache c(wrong); }, {"per_head_scales=true", "each slot carries its own scales"}));
+  EXPECT_TRUE(throws_error([&] { ok.set_scales({1.0f}, {1.0f}); }, {"kv_cache_dtype=int8_per_token_head", "compute each slot's scales"}));
+  EXPECT_TRUE(throws_error([&] { ok.use_token_scales(nullptr, nullptr); }, {"token scales=null"}));
+  KVCache plain(small_spec());
+  float k = 1, v = 1;
+  EXPECT_TRUE(throws_error([&] { plain.use_token_scales(&k, &v); }, {"kv_cache_dtype=auto", "int8_per_token_head or fp8_per_token_head"}));
+  EXPECT_EQ(plain.k_token_scales(), nullptr);
+}
+
+TEST(KVCacheConstruction, PerTokenHeadFillCopyBlockAndCopy) {
+  KVCacheSpec s = small_spec(DType::fp8_e4m3, KVLayout::HND);
+  s.kv_cache_dtype = KVCacheDType::fp8_per_token_head;
+  KVCache c(s);
+  c.fill(2.5f);  // every element reads 2.5: code 1, scale 2.5
+  const PagedKV v = c.view();
+  EXPECT_EQ(load_as_float(v.base, v.dtype, kv_element_offset(v, 1, 2, 1, 3, true)) * v.v_token_scales[token_scale_index(v, 1, 2, 1)], 2.5f);
+  v.k_token_scales[token_scale_index(v, 0, 1, 0)] = 7.0f;
+  c.copy_block(0, 2);
+  EXPECT_EQ(v.k_token_scales[token_scale_index(v, 2, 1, 0)], 7.0f);
+  KVCache d(s);
+  d.copy_from(c);
+  EXPECT_EQ(d.view().k_token_scales[token_scale_index(d.view(), 2, 1, 0)], 7.0f);
+  std::vector<float> ks(std::size_t(s.num_blocks) * s.block_size * s.num_kv_heads, 0.5f), vs = ks;
+  d.use_token_scales(ks.data(), vs.data());  // an engine's own scale arrays, read in place
+  EXPECT_EQ(d.view().k_token_scales, ks.data());
+}
+
 TEST(KVCacheConstruction, MlaWithSeveralHeads) {
   KVCacheSpec s = small_spec(DType::float32, KVLayout::MLA);
   EXPECT_TRUE(throws_error([&] { KVCache c(s); }, {"num_kv_heads=2", "1 for the MLA latent cache"}));

@@ -77,6 +77,10 @@ TEST(Types, KvStorageDType) {
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8, DType::bfloat16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_e4m3, DType::float16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_e5m2, DType::float16), DType::fp8_e5m2);
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::int8_per_token_head, DType::bfloat16), DType::int8);
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_per_token_head, DType::float32), DType::fp8_e4m3);
+  for (KVCacheDType k : all_kv_cache_dtypes())
+    EXPECT_EQ(has_token_head_scales(k), k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head);
   // fp8_ds_mla is now implemented (cpu_mla / cpu_sparse): its entries are bytes (e4m3 latent,
   // fp32 tile scales and bf16 rope inline), stored as fp8_e4m3 elements; it used to throw.
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_ds_mla, DType::bfloat16), DType::fp8_e4m3);

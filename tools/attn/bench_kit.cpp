@@ -42,7 +42,9 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   // Blocks wholly before the first visible key are never read: they share one filler block.
   const int skipped = first_visible(s, s.context) / bs, read_blocks = blocks_per_seq - skipped;
   KVCacheSpec probe = desc->cache_spec(cfg, 1, bs);
-  const double row_bytes = double(s.kv_heads) * (probe.head_size + probe.v_width()) * double(dtype_size(probe.dtype));
+  // Per-token-head caches read each slot's two fp32 scales with its codes.
+  const double row_bytes = double(s.kv_heads) * ((probe.head_size + probe.v_width()) * double(dtype_size(probe.dtype)) +
+                                                 (probe.token_scales() ? 2.0 * sizeof(float) : 0.0));
   const double read_bytes = row_bytes * bs * read_blocks * s.batch;
   // At least two instances, so a call never re-reads the previous call's KV, and enough that
   // one round of calls reads the whole pool.

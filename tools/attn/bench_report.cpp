@@ -1,5 +1,7 @@
 #include "bench_report.hpp"
 
+#include "bench_shapes.hpp"
+
 #include <cstdio>
 
 namespace attn_cli {
@@ -7,15 +9,19 @@ namespace {
 
 constexpr double kMiB = 1 << 20;
 
-/// fp8 time ÷ bf16 time per shape measured with both caches (below 1: fp8 is faster).
-std::vector<std::pair<std::string, double>> fp8_vs_bf16(const std::vector<BenchRow>& rows) {
+/// A quantized cache's time ÷ the bf16 cache's on the same shape (below 1: faster), keyed
+/// "<shape>.<dtype>_vs_bf16" with dtype the shape-name suffix (fp8, int8_per_token_head, ...).
+std::vector<std::pair<std::string, double>> quantized_vs_bf16(const std::vector<BenchRow>& rows) {
+  using attn::KVCacheDType;
   std::vector<std::pair<std::string, double>> out;
-  for (const BenchRow& f : rows) {
-    const auto at = f.name.rfind("_fp8");
-    if (at == std::string::npos) continue;
-    const std::string base = f.name.substr(0, at);
-    for (const BenchRow& b : rows)
-      if (b.name == base + "_bf16") out.emplace_back(base, f.ms / b.ms);
+  for (KVCacheDType kv : {KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head}) {
+    const std::string suffix = kv_suffix(kv);
+    for (const BenchRow& f : rows) {
+      if (f.name.size() <= suffix.size() || f.name.compare(f.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+      const std::string base = f.name.substr(0, f.name.size() - suffix.size());
+      for (const BenchRow& b : rows)
+        if (b.name == base + "_bf16") out.emplace_back(base + "." + suffix.substr(1) + "_vs_bf16", f.ms / b.ms);
+    }
   }
   return out;
 }
@@ -77,7 +83,7 @@ nlohmann::ordered_json bench_json(const BenchResults& r) {
     }
     if (row.vs_reference) j[n + ".speedup_vs_reference"] = *row.vs_reference;
   }
-  for (const auto& [shape, ratio] : fp8_vs_bf16(r.rows)) j["fp8_vs_bf16." + shape] = ratio;
+  for (const auto& [key, ratio] : quantized_vs_bf16(r.rows)) j[key] = ratio;
   for (const FigureSet& s : r.sets)
     for (const NamedFigure& f : s.figures) j[f.key] = f.value;
   return j;
@@ -131,7 +137,7 @@ void print_bench_table(const BenchResults& r) {
     std::printf("(of adj.: decode vs the %s reads on %d threads sampled just before and after the shape, prefill vs "
                 "max(fp32 FMA, bf16 dot) sampled there; of p90: vs the whole run's 90th percentile of that ceiling)\n",
                 mem, c.threads);
-  for (const auto& [shape, ratio] : fp8_vs_bf16(r.rows)) std::printf("fp8 / bf16 time, %s: %.2f\n", shape.c_str(), ratio);
+  for (const auto& [key, ratio] : quantized_vs_bf16(r.rows)) std::printf("time vs the bf16 cache, %s: %.2f\n", key.c_str(), ratio);
   for (const FigureSet& s : r.sets) {
     std::printf("\n%s (%s):\n", s.name.c_str(), s.title.c_str());
     for (const NamedFigure& f : s.figures)

@@ -8,12 +8,11 @@ namespace {
 using attn::KVCacheDType;
 using attn_bench::Shape;
 
-std::string kv_suffix(KVCacheDType kv) { return kv == KVCacheDType::auto_ ? "_bf16" : "_fp8"; }
-
 void add_llama(std::vector<Shape>& out, bool quick) {
   for (int b : {1, 8})
     for (int ctx : {4096, 16384})
-      for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3}) {
+      for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head,
+                              KVCacheDType::fp8_per_token_head}) {
         if (quick && (b != 1 || ctx != 4096)) continue;
         Shape s;
         s.name = std::string("llama8b_decode_b") + std::to_string(b) + "_ctx" + std::to_string(ctx) + kv_suffix(kv);
@@ -51,6 +50,17 @@ void add_decode_grid(std::vector<Shape>& out) {
 }
 
 }  // namespace
+
+std::string kv_suffix(KVCacheDType kv) {
+  switch (kv) {
+    case KVCacheDType::auto_: return "_bf16";
+    case KVCacheDType::fp8_e4m3: return "_fp8";
+    default: break;
+  }
+  std::string s = "_";  // appended, not "_" + name: GCC 12's -Wrestrict misfires on that form
+  s += attn::to_string(kv);
+  return s;
+}
 
 std::vector<Shape> bench_shapes(bool quick) {
   std::vector<Shape> out;

@@ -12,6 +12,7 @@
 #include "attn/registry.hpp"
 #include "attn/selector.hpp"
 #include "commands.hpp"
+#include "kv_quality.hpp"
 #include "workload.hpp"
 
 namespace attn_cli {
@@ -54,6 +55,13 @@ std::vector<Shape> shapes() {
   fp8_heads.config.kv_cache_dtype = attn::KVCacheDType::fp8_e5m2;
   fp8_heads.config.use_per_head_quant_scales = true;
   out.push_back(fp8_heads);
+  Shape int8{"int8 per-token-head", gqa(8, 2, 128, attn::DType::bfloat16)};
+  int8.config.kv_cache_dtype = attn::KVCacheDType::int8_per_token_head;
+  out.push_back(int8);
+  Shape fp8_tok{"fp8 per-token-head x64", gqa(8, 4, 64, attn::DType::float16)};
+  fp8_tok.config.kv_cache_dtype = attn::KVCacheDType::fp8_per_token_head;
+  fp8_tok.config.sliding_window = 24;
+  out.push_back(fp8_tok);
   Shape enc{"encoder_only x64", gqa(4, 4, 64, attn::DType::bfloat16)};
   enc.config.attn_type = attn::AttnType::encoder_only;
   out.push_back(enc);
@@ -231,9 +239,13 @@ int cmd_check(const CheckOptions& o) {
   std::vector<std::string> not_checked;
   for (const auto& s : skipped)
     if (!s.contains("shape") && s["backend"] != ref->name) not_checked.push_back(s["backend"].get<std::string>());
+  const std::vector<KvQualityRow> quality = kv_quality(o.seed);
   if (o.json) {
     json j{{"platform", platform.to_string()}, {"seed", o.seed}, {"passed", ok}, {"checked", checked},
-           {"not_checked", not_checked}, {"results", json::array()}, {"skipped", skipped}};
+           {"not_checked", not_checked}, {"results", json::array()}, {"skipped", skipped}, {"kv_quality", json::array()}};
+    for (const KvQualityRow& q : quality)
+      j["kv_quality"].push_back({{"kv_cache_dtype", attn::to_string(q.kv)}, {"values", q.values}, {"rel_max_err", q.rel_max_err},
+                                 {"rel_rms_err", q.rel_rms_err}, {"cosine", q.cosine}});
     for (const auto& r : results) {
       json rj{{"backend", r.backend}, {"shape", r.shape}, {"status", r.status}, {"max_abs_err", r.max_abs_err},
               {"atol", r.tol.atol}, {"rtol", r.tol.rtol}};
@@ -253,6 +265,11 @@ int cmd_check(const CheckOptions& o) {
       std::printf("skipped %s%s: %s\n", s["backend"].get<std::string>().c_str(),
                   s.contains("shape") ? (" / " + s["shape"].get<std::string>()).c_str() : "", s["why"].get<std::string>().c_str());
     }
+    std::printf("\nquantized caches against a bf16 cache (reference backend, Llama-3.1-8B attention, 1024-token context):\n");
+    std::printf("  %-20s %-17s %12s %12s %10s\n", "kv_cache_dtype", "K/V values", "max err/max", "rms err/rms", "cosine");
+    for (const KvQualityRow& q : quality)
+      std::printf("  %-20s %-17s %12.2e %12.2e %10.6f\n", std::string(attn::to_string(q.kv)).c_str(), q.values.c_str(), q.rel_max_err,
+                  q.rel_rms_err, q.cosine);
     std::printf("\n%s for %s", ok ? "all checks passed" : "SOME CHECKS FAILED", checked.empty() ? "(none)" : attn::join(checked).c_str());
     if (!not_checked.empty()) std::printf("; NOT checked (skipped, see above): %s", attn::join(not_checked).c_str());
     std::printf("\n");

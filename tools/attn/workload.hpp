@@ -81,6 +81,7 @@ class LayerRunner {
   /// plan + run of one step whose K/V are already written.
   void forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng);
   std::size_t cache_bytes() const { return cache_->bytes(); }
+  attn::KVCache& cache() { return *cache_; }
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
   const attn::LayerParams& params() const { return params_; }

@@ -83,7 +83,7 @@ class CpuFlashImpl final : public AttentionImpl {
     float* partials = reinterpret_cast<float*>(ws);
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
-    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout);
+    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr);
     const int threads = cpu::team_size(params_.num_threads);
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
@@ -118,6 +118,7 @@ class CpuFlashImpl final : public AttentionImpl {
     a.q_dtype = c.dtype;
     a.kv_type = kv_type_of(spec.dtype);
     a.kv_elem_bytes = int64_t(dtype_size(spec.dtype));
+    a.token_scales = spec.token_scales();
     a.num_heads = c.num_heads, a.num_kv_heads = c.num_kv_heads, a.group = c.num_heads / c.num_kv_heads;
     a.head_size = c.head_size, a.head_size_v = spec.v_width();
     a.scale = params_.effective_scale();
@@ -143,8 +144,9 @@ BackendDescriptor cpu_flash_descriptor() {
   Capabilities& c = d.caps;
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  c.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16, KVCacheDType::fp8,
-                       KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2};
+  c.kv_cache_dtypes = {KVCacheDType::auto_,    KVCacheDType::float16,  KVCacheDType::bfloat16,
+                       KVCacheDType::fp8,      KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2,
+                       KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head};
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
@@ -155,14 +157,14 @@ BackendDescriptor cpu_flash_descriptor() {
   c.attn_types = {AttnType::decoder, AttnType::encoder, AttnType::encoder_only, AttnType::encoder_decoder};
   d.priority = 10;
   // Head-major blocks, each (block, KV head) one contiguous run of K and one of V, ordered in
-  // pairs for the pair kernels' bf16 dot products: bf16 q on bf16 or fp8 storage (fp8 widens
-  // exactly to bf16). The pair kernels need AVX-512 BF16; elsewhere (AVX2) the general kernel
+  // pairs for the pair kernels' bf16 dot products: bf16 q on bf16, fp8 or int8 storage (fp8 and
+  // int8 codes widen exactly to bf16; per-token-head scales apply to scores and weights). The pair kernels need AVX-512 BF16; elsewhere (AVX2) the general kernel
   // would gather every pair back into rows (3-4 % of DRAM speed), so those caches keep HND rows,
   // as do other dtypes and sizes the pairs do not fit. NHD and HND caches an engine brings are
   // served as well.
   d.kv_layout = KVLayout::HND_PAIRS;
   d.kv_layout_rule = KVLayoutRule{.q_dtypes = {DType::bfloat16},
-                                  .storage_dtypes = {DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2},
+                                  .storage_dtypes = {DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2, DType::int8},
                                   .otherwise = KVLayout::HND,
                                   .cpu_features = {CpuFeature::avx512_bf16}};
   d.preferred_block_size = 64;

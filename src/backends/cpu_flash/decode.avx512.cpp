@@ -13,6 +13,7 @@ ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
     case KvType::f32: return &run_item<KvType::f32, false>;
     case KvType::e4m3: return &run_item<KvType::e4m3, false>;
     case KvType::e5m2: return &run_item<KvType::e5m2, false>;
+    case KvType::i8: return nullptr;  // per-token-head: the pair kernel (VBMI builds) or the general one
   }
   return nullptr;
 }

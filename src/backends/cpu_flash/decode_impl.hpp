@@ -132,6 +132,21 @@ constexpr E4m3Table make_e5m2_table() {
 }
 alignas(64) inline constexpr E4m3Table kE5m2Table = make_e5m2_table();
 
+/// bf16 bits of int8 magnitude em (exact: every integer up to 256 is); em = 0 holds 128, the
+/// magnitude of -128 (whose vpabsb is 0x80, index 0), and zeros are masked off before the lookup.
+constexpr uint16_t i8_bf16_bits(int em) {
+  const int m = em == 0 ? 128 : em;
+  int e = 0;
+  while ((2 << e) <= m) ++e;  // m in [2^e, 2^(e+1))
+  return uint16_t(((e + 127) << 7) | (((m << 7) >> e) & 0x7f));
+}
+constexpr E4m3Table make_i8_table() {
+  E4m3Table t{};
+  for (int em = 0; em < 128; ++em) t.lo[em] = uint8_t(i8_bf16_bits(em) & 0xff), t.hi[em] = uint8_t(i8_bf16_bits(em) >> 8);
+  return t;
+}
+alignas(64) inline constexpr E4m3Table kI8Table = make_i8_table();
+
 /// The four 64-byte table vectors vpermi2b reads (e4m3's, or another fp8 format's), loaded once
 /// per chunk.
 struct E4m3Lut {
@@ -149,6 +164,17 @@ inline void e4m3x64_bf16_lanes(const E4m3Lut& t, __m512i x, __m512i& a0, __m512i
   hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (x & sign)
   a0 = _mm512_unpacklo_epi8(lo, hi), a1 = _mm512_unpackhi_epi8(lo, hi);
 }
+/// 64 int8 codes (x) as 64 bf16 in lane order, like e4m3x64_bf16_lanes: the magnitude (vpabsb)
+/// looked up in kI8Table, zeros masked, the sign bit put back. Exact for all 256 codes.
+inline void i8x64_bf16_lanes(const E4m3Lut& t, __m512i x, __m512i& a0, __m512i& a1) {
+  const __mmask64 nz = _mm512_test_epi8_mask(x, x);
+  const __m512i m = _mm512_abs_epi8(x);
+  const __m512i lo = _mm512_maskz_permutex2var_epi8(nz, t.lo0, m, t.lo1);
+  __m512i hi = _mm512_maskz_permutex2var_epi8(nz, t.hi0, m, t.hi1);
+  hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (x & sign)
+  a0 = _mm512_unpacklo_epi8(lo, hi), a1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
 /// 64 e4m3 bytes as 64 bf16 in natural order (a0: elements 0..31, a1: 32..63). The qword
 /// permute first puts source bytes 8L..8L+7 and 32+8L..32+8L+7 in 128-bit lane L, which is
 /// what the byte unpacks after the lookups interleave.
@@ -444,11 +470,15 @@ inline void pair_lines(const char* p, __m512i* out) {
     for (int l = 0; l < NL; ++l) out[l] = _mm512_loadu_si512(p + 64 * l);
   } else {
 #if ATTN_CF_VBMI
-    const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : kE5m2Table);
+    const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : T == KvType::i8 ? kI8Table : kE5m2Table);
     for (int l = 0; l < NL; l += 2) {
       __m512i a0, a1;
       const __m512i raw = l + 1 < NL ? _mm512_loadu_si512(p + 32 * l) : _mm512_maskz_loadu_epi8(0xffffffffu, p + 32 * l);
-      e4m3x64_bf16_lanes(t, _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), raw), a0, a1);
+      const __m512i x = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), raw);
+      if constexpr (T == KvType::i8)
+        i8x64_bf16_lanes(t, x, a0, a1);
+      else
+        e4m3x64_bf16_lanes(t, x, a0, a1);
       out[l] = a0;
       if (l + 1 < NL) out[l + 1] = a1;
     }
@@ -555,11 +585,15 @@ inline void prefetch_l2(const char* p, int64_t bytes) {
 }
 
 /// Pairs: the cache is HND_PAIRS (T = bf16 with Bf16Dot; qk_pairs / pv_pairs, P·V in natural
-/// dim order); otherwise rows (HND / NHD).
-template <KvType T, bool Bf16Dot, int RB, bool Pairs = false>
+/// dim order); otherwise rows (HND / NHD). Token: a per-token-head cache (pairs only): each key's
+/// K scale multiplies its score, its V scale its weight P before P is rounded to bf16 (the row
+/// sums take P unscaled).
+template <KvType T, bool Bf16Dot, int RB, bool Pairs = false, bool Token = false>
 void run(const KernelArgs& a, const WorkItem& it, float* partials) {
-  static_assert(!Pairs || (Bf16Dot && (T == KvType::bf16 || (ATTN_CF_VBMI && (T == KvType::e4m3 || T == KvType::e5m2)))),
-                "the pair kernel reads bf16 caches (and fp8 ones on VBMI builds) with bf16 q");
+  static_assert(!Pairs || (Bf16Dot && (T == KvType::bf16 || (ATTN_CF_VBMI && (T == KvType::e4m3 || T == KvType::e5m2 || T == KvType::i8)))),
+                "the pair kernel reads bf16 caches (and fp8 / int8 ones on VBMI builds) with bf16 q");
+  static_assert(!Token || Pairs, "per-token-head scales are read by the pair kernel");
+  static_assert(T != KvType::i8 || Token, "int8 codes come with per-token-head scales");
   constexpr int KB = 16 / RB;
   constexpr int CH = Pairs ? kPairChunk : kChunk, NV = CH / 16;  // keys per online-softmax step
   // e4m3 rows with dot products (VBMI builds only): 4-row tiles widen K and V in registers
@@ -649,6 +683,13 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
 #endif
     for (int j = 0; j < kChunk + 16; ++j) kp[j] = kq + std::min(j, n - 1) * kqs;  // padding repeats a real row
     const int32_t next = c + n;
+    // Token: this chunk's K scales (times the softmax scale) and V scales, one vector per 16 keys.
+    alignas(64) float kts[kPairChunk], vts[kPairChunk];
+    if constexpr (Token) {
+      const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
+      for (int j = 0; j < n; ++j) kts[j] = a.kv.k_token_scales[t0 + j * nkv] * sscale, vts[j] = a.kv.v_token_scales[t0 + j * nkv];
+      for (int j = n; j < kPairChunk; ++j) kts[j] = vts[j] = 0.0f;  // lanes past the chunk: masked
+    }
 
     PairChunk nx{};
     if constexpr (Pairs) {
@@ -685,7 +726,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       __mmask16 nan = 0;  // a visible NaN score makes the row NaN (vmaxps would drop it)
       const float slope = a.alibi_slopes ? a.alibi_slopes[h * g + r % g] : 0.0f;
       for (int x = 0; x < CH; x += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_load_ps(&sc.s[r][x]), _mm512_set1_ps(sscale));
+        __m512 v = _mm512_mul_ps(_mm512_load_ps(&sc.s[r][x]), Token ? _mm512_load_ps(kts + x) : _mm512_set1_ps(sscale));
         if (a.soft_cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
           const __m512 e = Simd::exp(_mm512_mul_ps(v, _mm512_set1_ps(2.0f / a.soft_cap)));
           v = _mm512_mul_ps(_mm512_set1_ps(a.soft_cap),
@@ -724,7 +765,15 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       for (int x = 0; x < CH; x += 32) {
         __m512 p0 = Simd::exp(_mm512_sub_ps(_mm512_load_ps(&sc.s[r][x]), mv));
         __m512 p1 = Simd::exp(_mm512_sub_ps(_mm512_load_ps(&sc.s[r][x + 16]), mv));
-        if constexpr (Bf16Dot) {  // P·V reads P in bf16: sum the rounded values too
+        if constexpr (Token) {  // P·V reads P·(V scale) in bf16, on the row's visible keys only (a
+          // masked slot's scale may be NaN poison); the row sum takes P itself
+          const __m512 j0 = _mm512_add_ps(iota, _mm512_set1_ps(float(x))), j1 = _mm512_add_ps(j0, _mm512_set1_ps(16.0f));
+          const __m512 lo = _mm512_set1_ps(float(sc.vlo[r])), hi = _mm512_set1_ps(float(sc.vhi[r]));
+          const __mmask16 l0 = _mm512_cmp_ps_mask(j0, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j0, hi, _CMP_LT_OQ);
+          const __mmask16 l1 = _mm512_cmp_ps_mask(j1, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j1, hi, _CMP_LT_OQ);
+          const __m512 w0 = _mm512_maskz_mul_ps(l0, p0, _mm512_load_ps(vts + x)), w1 = _mm512_maskz_mul_ps(l1, p1, _mm512_load_ps(vts + x + 16));
+          _mm512_store_si512(&sc.pb[r][x], (__m512i)_mm512_cvtne2ps_pbh(w1, w0));
+        } else if constexpr (Bf16Dot) {  // P·V reads P in bf16: sum the rounded values too
           const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
           _mm512_store_si512(&sc.pb[r][x], pb);
           // The rounded values, in key order, for the row sum and the guarded fp32 P·V.
@@ -797,15 +846,15 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   }
 }
 
-template <KvType T, bool Bf16Dot, bool Pairs = false>
+template <KvType T, bool Bf16Dot, bool Pairs = false, bool Token = false>
 void run_item(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int rows = item_rows(it, a.group);
   if (rows >= 4)
-    run<T, Bf16Dot, 4, Pairs>(a, it, partials);
+    run<T, Bf16Dot, 4, Pairs, Token>(a, it, partials);
   else if (rows >= 2)
-    run<T, Bf16Dot, 2, Pairs>(a, it, partials);
+    run<T, Bf16Dot, 2, Pairs, Token>(a, it, partials);
   else
-    run<T, Bf16Dot, 1, Pairs>(a, it, partials);
+    run<T, Bf16Dot, 1, Pairs, Token>(a, it, partials);
 }
 
 }  // namespace attn::cpu_flash::ATTN_CF_NS

@@ -57,9 +57,12 @@ bool has_vbmi() {
 }
 }  // namespace
 
-ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout) {
+ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout, bool token_scales) {
 #if defined(__x86_64__) || defined(_M_X64)
   const bool bf16_dot = isa == Isa::avx512_bf16 && q == DType::bfloat16;
+  // Per-token-head caches: the pair kernel that reads each key's scales, else the general kernel.
+  if (token_scales)
+    return layout == KVLayout::HND_PAIRS && bf16_dot && decode_head_size(head_size) && has_vbmi() ? decode_kernel_avx512_token_pairs(kv) : nullptr;
   // HND_PAIRS: the pair kernels, or the general kernel (which gathers rows) where they do not serve.
   if (layout == KVLayout::HND_PAIRS) {
     if (!bf16_dot || !decode_head_size(head_size)) return nullptr;
@@ -70,7 +73,7 @@ ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout la
     return decode_kernel_avx512_e4m3_dot();
   if (isa >= Isa::avx512 && decode_head_size(head_size)) return decode_kernel_avx512(kv, bf16_dot && kv == KvType::bf16);
 #else
-  (void)isa, (void)kv, (void)q, (void)head_size, (void)layout;
+  (void)isa, (void)kv, (void)q, (void)head_size, (void)layout, (void)token_scales;
 #endif
   return nullptr;
 }

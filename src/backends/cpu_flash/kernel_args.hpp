@@ -10,8 +10,9 @@
 namespace attn::cpu_flash {
 
 /// KV storage element types the kernels dequantize in registers.
-enum class KvType : uint8_t { f32, f16, bf16, e4m3, e5m2 };
-constexpr int kNumKvTypes = 5;
+/// i8: int8 codes (int8_per_token_head caches; each slot's scale is in PagedKV::k/v_token_scales).
+enum class KvType : uint8_t { f32, f16, bf16, e4m3, e5m2, i8 };
+constexpr int kNumKvTypes = 6;
 KvType kv_type_of(DType d);  // throws for storage types cpu_flash does not read
 /// Bytes of one stored element (every kernel build addresses cache rows with it).
 template <KvType T>
@@ -43,6 +44,7 @@ struct KernelArgs {
   PagedKV kv;                       // elements at kv_element_offset (rows contiguous except HND_PAIRS)
   KvType kv_type = KvType::bf16;
   int64_t kv_elem_bytes = 2;
+  bool token_scales = false;        // a per-token-head cache: kv.k_token_scales / v_token_scales
 
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;         // [num_seqs]

@@ -190,10 +190,17 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows.
   const bool gather = a.kv.layout == KVLayout::HND_PAIRS;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
+  // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
+  const bool token = a.kv.k_token_scales != nullptr;
+  float kts[kChunk], vts[kChunk];
   for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
     const int n = std::min<int32_t>(kChunk, it.kv_end - c);
     for (int j = 0; j < n; ++j) {
       const int32_t key = c + j;
+      if (token) {
+        const int64_t ti = token_scale_index(a.kv, bt[key / bs], key % bs, h);
+        kts[j] = a.kv.k_token_scales[ti], vts[j] = a.kv.v_token_scales[ti];
+      }
       if (gather) {
         char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
         gather_kv_vector(a.kv, bt[key / bs], key % bs, h, false, d, kr);
@@ -220,6 +227,8 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
                            (a.window > 0 && c <= p1 - a.window);
     for (int r = 0; r < rows; ++r) {
       float* sr = sbuf + r * kChunk;
+      if (token)
+        for (int j = 0; j < n; ++j) sr[j] *= kts[j];
       const int32_t pos = first_pos + it.q_begin + r / g;
       const int32_t last = BatchMetadata::mm_causal_limit(a.mm_ranges, s_idx, pos);  // last causally visible key
       for (int x = 0; x < kChunk; x += S::W) {
@@ -272,6 +281,8 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       }
       l[r] = l[r] * alpha[r] + S::hsum(sum);
       m[r] = m_new;
+      if (token)  // after the row sum, and only on keys P·V reads (a masked slot's scale may be NaN poison)
+        for (int j = span_lo[r]; j < span_hi[r]; ++j) sr[j] *= vts[j];
     }
     for (int r = rows; r < rp; ++r) {
       for (int j = 0; j < kChunk; ++j) sbuf[r * kChunk + j] = 0.0f;
@@ -320,6 +331,7 @@ KernelTable make_table() {
   t.by_kv[int(KvType::bf16)] = &run_item<Simd, KvType::bf16, Qk>;
   t.by_kv[int(KvType::e4m3)] = &run_item<Simd, KvType::e4m3, Qk>;
   t.by_kv[int(KvType::e5m2)] = &run_item<Simd, KvType::e5m2, Qk>;
+  t.by_kv[int(KvType::i8)] = &run_item<Simd, KvType::i8, Qk>;
   return t;
 }
 

@@ -20,10 +20,11 @@ KvType kv_type_of(DType d) {
     case DType::bfloat16: return KvType::bf16;
     case DType::fp8_e4m3: return KvType::e4m3;
     case DType::fp8_e5m2: return KvType::e5m2;
+    case DType::int8: return KvType::i8;
     default: break;
   }
   throw Error("cache.dtype=" + std::string(to_string(d)) +
-              " invalid: expected one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (cpu_flash)");
+              " invalid: expected one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2, int8 (cpu_flash)");
 }
 
 float row_factor(const KernelArgs& a, int head, float m, float l) {

@@ -104,6 +104,14 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     return gathered;
   };
   const int dpad = (d + 31) / 32 * 32;  // whole bf16 vectors of 32
+  // Per-token-head caches (fp32 tiles only): each row times its slot's scale.
+  auto scale_row = [&](int j, bool is_v, float* r, int n_el) {
+    if (!a.token_scales) return;
+    const int32_t key = key0 + j;
+    const int64_t ti = token_scale_index(a.kv, bt[key / a.kv.block_size], key % a.kv.block_size, job.kv_head);
+    const float sc = (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[ti];
+    for (int x = 0; x < n_el; ++x) r[x] *= sc;
+  };
   alignas(64) float row[kMaxPackDims], row2[kMaxPackDims];
   uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
   *nonfinite = 0;
@@ -144,13 +152,14 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   // fp32 tiles: K transposed to keys-in-lanes, V rows as they are.
   float* kd = reinterpret_cast<float*>(kdst);
   for (int j = 0; j < kTileKeys; ++j) {
-    if (j < n) widen<T>(src_row(j, false), d, dpad, row); else std::fill(row, row + dpad, 0.0f);
+    if (j < n) widen<T>(src_row(j, false), d, dpad, row), scale_row(j, false, row, d); else std::fill(row, row + dpad, 0.0f);
     for (int x = 0; x < d; ++x) kd[x * kTileKeys + j] = row[x];
   }
   float* vd = reinterpret_cast<float*>(vdst);
   for (int j = 0; j < kTileKeys; ++j) {
     if (j < n) {
       widen<T>(src_row(j, true), dv, dvp, vd + int64_t(j) * dvp);
+      scale_row(j, true, vd + int64_t(j) * dvp, dv);
       if (any_nonfinite(vd + int64_t(j) * dvp, dvp)) *nonfinite = 1;
     } else {
       std::fill(vd + int64_t(j) * dvp, vd + int64_t(j + 1) * dvp, 0.0f);
@@ -167,6 +176,7 @@ void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackL
     case KvType::bf16: return pack<KvType::bf16>(a, layout, job, buf);
     case KvType::e4m3: return pack<KvType::e4m3>(a, layout, job, buf);
     case KvType::e5m2: return pack<KvType::e5m2>(a, layout, job, buf);
+    case KvType::i8: return pack<KvType::i8>(a, layout, job, buf);
   }
 }
 

@@ -35,8 +35,9 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   L.min_rows = route == Route::all ? 1 : kDecodeMaxRows + 1;
   // bf16 dot products are exact only for bf16 q, and the tiles are exact for caches whose
   // values bf16 holds exactly (bf16, both fp8 formats); anything else widens to fp32. The bf16
-  // K tiles hold dimension pairs, so an odd head size widens to fp32 too.
-  L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 &&
+  // K tiles hold dimension pairs, so an odd head size widens to fp32 too. Per-token-head caches
+  // widen to fp32 as well: their values are code × slot scale, which bf16 would round.
+  L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 && !a.token_scales &&
            (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2);
   L.head_size = a.head_size;
   L.dv_pad = (a.head_size_v + 15) / 16 * 16;

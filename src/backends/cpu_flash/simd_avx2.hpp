@@ -50,6 +50,7 @@ struct Simd {
       return _mm256_cvtph_ps(_mm_or_si128(_mm_or_si128(s, _mm_slli_epi16(m7, 7)), nan));
     }
     if constexpr (T == KvType::e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(raw), 8));
+    if constexpr (T == KvType::i8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
   }
 
   template <KvType T>

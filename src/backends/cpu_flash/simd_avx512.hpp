@@ -40,6 +40,7 @@ struct Simd {
     if constexpr (T == KvType::e4m3) return e4m3(_mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))));
     if constexpr (T == KvType::e5m2)
       return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))), 8));
+    if constexpr (T == KvType::i8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
   /// The first `n` < W elements; the rest are 0 and nothing past the row is read.
   template <KvType T>
@@ -52,6 +53,7 @@ struct Simd {
     if constexpr (T == KvType::e4m3) return e4m3(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)));
     if constexpr (T == KvType::e5m2)
       return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)), 8));
+    if constexpr (T == KvType::i8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
   }
   /// 16 e4m3 bytes (zero-extended to 16 bits) as fp32 × 2^-8, via their fp16 bit placement.
   static F e4m3(__m256i x) {

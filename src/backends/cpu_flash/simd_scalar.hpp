@@ -38,6 +38,7 @@ struct Simd {
     const uint8_t x = *static_cast<const uint8_t*>(p);
     if constexpr (T == KvType::e4m3) return f16_to_f32(e4m3_as_f16_bits(x));
     if constexpr (T == KvType::e5m2) return f16_to_f32(uint16_t(x) << 8);
+    if constexpr (T == KvType::i8) return float(int8_t(x));
   }
   template <KvType T>
   static F load_kv_tail(const void*, int) { return 0.0f; }  // never called: W = 1

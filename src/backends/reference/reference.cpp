@@ -81,10 +81,14 @@ class ReferenceImpl final : public AttentionImpl {
         // Dequantize this sequence's K and V rows for one KV head once.
         for (int t = 0; t < len; ++t) {
           const int64_t b = md.blocks(s)[t / kv.block_size], bt = t % kv.block_size;
+          // Per-token-head caches: the slot's own scales; others: the tensor's or the head's.
+          const int64_t ts = kv.k_token_scales ? token_scale_index(kv, b, bt, kh) : 0;
+          const float ks = kv.k_token_scales ? kv.k_token_scales[ts] : kv.k_scales[kh];
+          const float vs = kv.v_token_scales ? kv.v_token_scales[ts] : kv.v_scales[kh];
           for (int i = 0; i < d; ++i)
-            K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, false)) * kv.k_scales[kh];
+            K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, false)) * ks;
           for (int i = 0; i < dv; ++i)
-            V[std::size_t(t) * dv + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, true)) * kv.v_scales[kh];
+            V[std::size_t(t) * dv + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, true)) * vs;
         }
         for (int g = 0; g < group; ++g) {
           const int h = kh * group + g;
@@ -145,8 +149,9 @@ BackendDescriptor reference_descriptor() {
   Capabilities& c = d.caps;
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  c.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16, KVCacheDType::fp8,
-                       KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2};
+  c.kv_cache_dtypes = {KVCacheDType::auto_,    KVCacheDType::float16,  KVCacheDType::bfloat16,
+                       KVCacheDType::fp8,      KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2,
+                       KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head};
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
