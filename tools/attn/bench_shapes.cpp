@@ -3,6 +3,19 @@
 #include <string>
 
 namespace attn_cli {
+
+std::string kv_suffix(attn::KVCacheDType kv) {
+  using attn::KVCacheDType;
+  switch (kv) {
+    case KVCacheDType::auto_: return "_bf16";
+    case KVCacheDType::fp8_e4m3: return "_fp8";
+    default: break;
+  }
+  std::string s = "_";  // appended, not "_" + name: GCC 12's -Wrestrict misfires on that form
+  s += attn::to_string(kv);
+  return s;
+}
+
 namespace {
 
 using attn::KVCacheDType;
@@ -19,10 +32,15 @@ void add_llama(std::vector<Shape>& out, bool quick) {
         s.batch = b, s.context = ctx, s.kv = kv;
         out.push_back(s);
       }
-  Shape p;
-  p.query_len = quick ? 512 : 2048, p.context = 0;
-  p.name = std::string("llama8b_prefill_") + std::to_string(p.query_len) + "_bf16";
-  out.push_back(p);
+  // Prefill with each cache (the quantized ones in the full run only).
+  for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head,
+                          KVCacheDType::fp8_per_token_head}) {
+    if (quick && kv != KVCacheDType::auto_) continue;
+    Shape p;
+    p.query_len = quick ? 512 : 2048, p.context = 0, p.kv = kv;
+    p.name = std::string("llama8b_prefill_") + std::to_string(p.query_len) + kv_suffix(kv);
+    out.push_back(p);
+  }
 }
 
 void add_gptoss(std::vector<Shape>& out, bool quick) {
@@ -50,17 +68,6 @@ void add_decode_grid(std::vector<Shape>& out) {
 }
 
 }  // namespace
-
-std::string kv_suffix(KVCacheDType kv) {
-  switch (kv) {
-    case KVCacheDType::auto_: return "_bf16";
-    case KVCacheDType::fp8_e4m3: return "_fp8";
-    default: break;
-  }
-  std::string s = "_";  // appended, not "_" + name: GCC 12's -Wrestrict misfires on that form
-  s += attn::to_string(kv);
-  return s;
-}
 
 std::vector<Shape> bench_shapes(bool quick) {
   std::vector<Shape> out;

@@ -44,6 +44,11 @@ Route route_from_env();
 /// keys at or past the sequence's length are zeros, never cache contents.
 struct PackLayout {
   bool bf16 = false;         // tiles hold bf16 (vdpbf16ps layout) or fp32
+  /// bf16 tiles of a per-token-head cache: the tiles hold the codes (exact in bf16), and each K
+  /// tile is followed by its 64 keys' K scales (fp32), each V tile's values by their V scales; the
+  /// tile kernel applies them to the scores and to P. (fp32 tiles hold code × scale instead.)
+  bool token = false;
+  int64_t k_scales_offset = 0, v_scales_offset = 0;  // bytes into a K tile / a V tile
   int head_size = 0;         // d (K); even when bf16, so K pairs never straddle the row
   int dv_pad = 0;            // V dims rounded up to 16 (one vector), padding zeros
   int64_t k_tile_bytes = 0, v_tile_bytes = 0;

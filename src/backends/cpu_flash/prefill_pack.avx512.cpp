@@ -104,18 +104,30 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     return gathered;
   };
   const int dpad = (d + 31) / 32 * 32;  // whole bf16 vectors of 32
-  // Per-token-head caches (fp32 tiles only): each row times its slot's scale.
-  auto scale_row = [&](int j, bool is_v, float* r, int n_el) {
-    if (!a.token_scales) return;
+  // Per-token-head caches: a key's slot scale (0 past the sequence). fp32 tiles multiply each row
+  // by it; bf16 tiles keep the codes and store the scales beside them (PackLayout::token).
+  auto slot_scale = [&](int j, bool is_v) -> float {
+    if (j >= n) return 0.0f;
     const int32_t key = key0 + j;
     const int64_t ti = token_scale_index(a.kv, bt[key / a.kv.block_size], key % a.kv.block_size, job.kv_head);
-    const float sc = (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[ti];
+    return (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[ti];
+  };
+  auto scale_row = [&](int j, bool is_v, float* r, int n_el) {
+    if (!a.token_scales) return;
+    const float sc = slot_scale(j, is_v);
     for (int x = 0; x < n_el; ++x) r[x] *= sc;
   };
   alignas(64) float row[kMaxPackDims], row2[kMaxPackDims];
   uint8_t* nonfinite = reinterpret_cast<uint8_t*>(vdst + L.v_tile_bytes - kVFlagBytes);
   *nonfinite = 0;
 
+  if (L.token) {
+    float* ks = reinterpret_cast<float*>(kdst + L.k_scales_offset);
+    float* vs = reinterpret_cast<float*>(vdst + L.v_scales_offset);
+    bool bad = false;
+    for (int j = 0; j < kTileKeys; ++j) ks[j] = slot_scale(j, false), vs[j] = slot_scale(j, true), bad |= !std::isfinite(vs[j]);
+    if (bad) *nonfinite = 1;  // a NaN V scale makes its key's weight NaN: masked keys must be skipped
+  }
   if (L.bf16) {
     // K: rows to bf16 pairs, then a 32-bit transpose (pairs × keys).
     uint32_t* kd = reinterpret_cast<uint32_t*>(kdst);
@@ -139,7 +151,7 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
       const int j = 2 * kp;
       if (j < n) widen<T>(src_row(j, true), dv, dvp, row); else std::fill(row, row + dvp, 0.0f);
       if (j + 1 < n) widen<T>(src_row(j + 1, true), dv, dvp, row2); else std::fill(row2, row2 + dvp, 0.0f);
-      if (any_nonfinite(row, dvp) || any_nonfinite(row2, dvp)) *nonfinite = 1;
+      if (any_nonfinite(row, dvp) || any_nonfinite(row2, dvp)) *nonfinite |= 1;
       for (int x = 0; x < dvp; x += 16) {
         const __m512 ab = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castpd256_pd512(_mm256_castsi256_pd((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(row + x)))),
@@ -176,7 +188,7 @@ void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackL
     case KvType::bf16: return pack<KvType::bf16>(a, layout, job, buf);
     case KvType::e4m3: return pack<KvType::e4m3>(a, layout, job, buf);
     case KvType::e5m2: return pack<KvType::e5m2>(a, layout, job, buf);
-    case KvType::i8: return pack<KvType::i8>(a, layout, job, buf);
+    case KvType::i8: return pack<KvType::i8>(a, layout, job, buf);  // codes exact in bf16 tiles
   }
 }
 

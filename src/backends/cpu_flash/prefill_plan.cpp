@@ -36,14 +36,19 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   // bf16 dot products are exact only for bf16 q, and the tiles are exact for caches whose
   // values bf16 holds exactly (bf16, both fp8 formats); anything else widens to fp32. The bf16
   // K tiles hold dimension pairs, so an odd head size widens to fp32 too. Per-token-head caches
-  // widen to fp32 as well: their values are code × slot scale, which bf16 would round.
-  L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 && !a.token_scales &&
-           (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2);
+  // (int8 / e4m3 codes) keep their codes in bf16 tiles and their scales beside them.
+  L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 &&
+           (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2 || a.kv_type == KvType::i8);
+  L.token = L.bf16 && a.token_scales;
   L.head_size = a.head_size;
   L.dv_pad = (a.head_size_v + 15) / 16 * 16;
   const int64_t elem = L.bf16 ? 2 : 4;
   L.k_tile_bytes = int64_t(kTileKeys) * a.head_size * elem;
   L.v_tile_bytes = int64_t(kTileKeys) * L.dv_pad * elem + kVFlagBytes;
+  if (L.token) {  // 64 fp32 scales after the K codes and after the V codes (64-byte aligned: d, dvp even / x16)
+    L.k_scales_offset = L.k_tile_bytes, L.k_tile_bytes += kTileKeys * 4;
+    L.v_scales_offset = L.v_tile_bytes - kVFlagBytes, L.v_tile_bytes += kTileKeys * 4;
+  }
 
   const int num_seqs = [&] {
     int n = 0;

@@ -75,6 +75,8 @@ struct Ctx {
   const int32_t* lo;   // [rows] first visible key
   const int32_t* hi;   // [rows] last visible key
   float c;             // scale·k_scale·log2(e)
+  const float* ks = nullptr;  // per-token-head bf16 tiles: this tile's 64 K scales (scores) ...
+  const float* vs = nullptr;  // ... and V scales (P before its bf16 rounding); null otherwise
   float cap_in, cap_out;  // soft-cap: exp2 argument factor and cap·log2(e)
 };
 
@@ -129,6 +131,7 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       __m512& t = acc[r][v];  // scores become logits·log2(e) in place
+      if (cx.ks) t = _mm512_mul_ps(t, _mm512_load_ps(cx.ks + (j0 + v) * 16));  // the keys' slot scales
       if constexpr (Cap) {  // cap·tanh(s·scale/cap) = cap·(1 − 2/(e^{2s·scale/cap} + 1)), times log2(e)
         const __m512 e = exp2v(_mm512_mul_ps(t, _mm512_set1_ps(cx.cap_in)));
         const __m512 co = _mm512_set1_ps(cx.cap_out);
@@ -193,6 +196,17 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
       // P·V multiplies P rounded to bf16, so the row sum adds the rounded values too: the weights
       // then sum to one exactly as used (a common offset in V passes through unchanged).
       uint16_t* pr = cx.pb + row * kTileKeys + j0 * 16;
+      if (cx.vs) {  // per-token-head: P·V takes P·(V scale) in bf16, the row sum P itself
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) {
+          const __m512 w = _mm512_mul_ps(p[v], _mm512_load_ps(cx.vs + (j0 + v) * 16));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), (__m256i)_mm512_cvtneps_pbh(w));
+          sum = _mm512_add_ps(sum, p[v]);
+        }
+        float* ls = cx.lsum + row * 16;
+        _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(al[r]), sum));
+        continue;
+      }
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) {
         const __m256i b = (__m256i)_mm512_cvtneps_pbh(p[v]);
@@ -409,6 +423,7 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
     const int32_t key0 = t * kTileKeys;
     const char* kt = buf + grp.offset + int64_t(t - grp.tile0) * tile_bytes;
     const char* vt = kt + L.k_tile_bytes;
+    if (L.token) cx.ks = reinterpret_cast<const float*>(kt + L.k_scales_offset), cx.vs = reinterpret_cast<const float*>(vt + L.v_scales_offset);
     const int j0 = (std::max(kb, key0) - key0) / 16;
     const int j1 = (std::min(ke, key0 + kTileKeys) - key0 + 15) / 16;
     const int32_t first = key0 + j0 * 16, last = key0 + j1 * 16 - 1;
