@@ -52,6 +52,24 @@ def test_write_kv_stores_vllms_codes_and_scales(kv):
     assert ks[4, 3, 1] == np.float32(1e-6)
 
 
+@pytest.mark.parametrize("kv", TOKEN_HEAD_DTYPES)
+def test_every_code_reads_as_the_reference_reads_it(kv):
+    # All 256 byte values (int8's -128, which the quantizer never writes, and e4m3's NaN codes
+    # aside) in every lane position, in the layer's own cache layout: cpu_flash's widening
+    # (byte tables on AVX-512 VBMI) against the reference's scalar decode of the same bytes.
+    cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=128, dtype="bfloat16", kv_cache_dtype=kv)
+    flash, ref = attn.Attention(cfg, "cpu_flash"), attn.Attention(cfg, "reference")
+    b = make_batch(np.random.default_rng(9), flash, [300, 70], [1, 20], poison=False)
+    codes = b.cache.numpy().view(np.uint8)
+    pattern = (np.arange(codes.size) * 7 % 256).astype(np.uint8)
+    if kv == "fp8_per_token_head":
+        pattern[(pattern & 0x7F) == 0x7F] = 0x3C  # no NaN codes: the outputs must stay comparable
+    codes[...] = pattern.reshape(codes.shape)
+    out = np.asarray(flash.forward(b.q, b.cache, b.md)).astype(np.float64)
+    want = np.asarray(ref.forward(b.q, b.cache, b.md)).astype(np.float64)
+    assert_close(out, want, "bfloat16", b.cache.dtype, "cpu_flash vs reference")
+
+
 def test_nonfinite_values_warn_and_read_as_nan():
     layer = attn.Attention(attn.LayerConfig(num_heads=2, num_kv_heads=1, head_size=32, dtype="float32",
                                             kv_cache_dtype="int8_per_token_head"))
