@@ -87,6 +87,13 @@ bool has_token_head_scales(KVCacheDType k) {
   return k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head;
 }
 
+const std::vector<KVCacheDType>& per_element_kv_cache_dtypes() {
+  using K = KVCacheDType;
+  static const std::vector<K> v = {K::auto_, K::float16, K::bfloat16, K::fp8, K::fp8_e4m3, K::fp8_e5m2,
+                                   K::int8_per_token_head, K::fp8_per_token_head};
+  return v;
+}
+
 DType kv_storage_dtype(KVCacheDType k, DType model) {
   switch (k) {
     case KVCacheDType::auto_: return model;

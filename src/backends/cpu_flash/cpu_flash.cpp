@@ -144,9 +144,7 @@ BackendDescriptor cpu_flash_descriptor() {
   Capabilities& c = d.caps;
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  c.kv_cache_dtypes = {KVCacheDType::auto_,    KVCacheDType::float16,  KVCacheDType::bfloat16,
-                       KVCacheDType::fp8,      KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2,
-                       KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head};
+  c.kv_cache_dtypes = per_element_kv_cache_dtypes();
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;

@@ -149,9 +149,7 @@ BackendDescriptor reference_descriptor() {
   Capabilities& c = d.caps;
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  c.kv_cache_dtypes = {KVCacheDType::auto_,    KVCacheDType::float16,  KVCacheDType::bfloat16,
-                       KVCacheDType::fp8,      KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2,
-                       KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head};
+  c.kv_cache_dtypes = per_element_kv_cache_dtypes();
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
