@@ -35,7 +35,7 @@ bool is_quantized(KVCacheDType k);
 /// written (vLLM's KVQuantMode INT8_PER_TOKEN_HEAD / FP8_PER_TOKEN_HEAD).
 bool has_token_head_scales(KVCacheDType k);
 /// Every name attn stores as one code per value (16-bit, fp8 with per-tensor / per-head scales,
-/// int8 / fp8 per token head): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2,
+/// int8 / fp8 per token head): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
 /// int8_per_token_head, fp8_per_token_head. A dense backend that reads all of them declares this.
 const std::vector<KVCacheDType>& per_element_kv_cache_dtypes();
 /// The storage dtype of a cache with this kv dtype for a model of dtype `model`

@@ -89,7 +89,7 @@ bool has_token_head_scales(KVCacheDType k) {
 
 const std::vector<KVCacheDType>& per_element_kv_cache_dtypes() {
   using K = KVCacheDType;
-  static const std::vector<K> v = {K::auto_, K::float16, K::bfloat16, K::fp8, K::fp8_e4m3, K::fp8_e5m2,
+  static const std::vector<K> v = {K::auto_, K::float16, K::bfloat16, K::fp8, K::fp8_e4m3, K::fp8_e5m2, K::fp8_inc,
                                    K::int8_per_token_head, K::fp8_per_token_head};
   return v;
 }
@@ -103,11 +103,14 @@ DType kv_storage_dtype(KVCacheDType k, DType model) {
     // (KVCacheSpec); the cache is an array of bytes, stored as fp8_e4m3 elements.
     case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: case KVCacheDType::fp8_ds_mla: return DType::fp8_e4m3;
     case KVCacheDType::fp8_e5m2: return DType::fp8_e5m2;
+    // fp8_inc (Intel Neural Compressor's fp8 KV cache, vLLM's Gaudi path): e4m3 codes with the
+    // calibrated per-tensor scales, what vLLM allocates as torch.float8_e4m3fn.
+    case KVCacheDType::fp8_inc: return DType::fp8_e4m3;
     case KVCacheDType::fp8_per_token_head: return DType::fp8_e4m3;
     case KVCacheDType::int8_per_token_head: return DType::int8;
     default:
       throw Error("kv_cache_dtype=" + std::string(to_string(k)) +
-                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, int8_per_token_head, fp8_per_token_head, fp8_ds_mla (MLA)");
+                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, int8_per_token_head, fp8_per_token_head, fp8_ds_mla (MLA)");
   }
 }
 

@@ -19,13 +19,15 @@ bool contains(const std::vector<T>& v, const T& x) { return std::find(v.begin(),
 bool dense_kv(KVCacheDType k) {
   switch (k) {
     case KVCacheDType::auto_: case KVCacheDType::float16: case KVCacheDType::bfloat16:
-    case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: case KVCacheDType::fp8_e5m2: return true;
+    case KVCacheDType::fp8: case KVCacheDType::fp8_e4m3: case KVCacheDType::fp8_e5m2: case KVCacheDType::fp8_inc: return true;
     case KVCacheDType::int8_per_token_head: case KVCacheDType::fp8_per_token_head: return true;
     default: return false;
   }
 }
 
-bool is_fp8(KVCacheDType k) { return k == KVCacheDType::fp8 || k == KVCacheDType::fp8_e4m3 || k == KVCacheDType::fp8_e5m2; }
+bool is_fp8(KVCacheDType k) {
+  return k == KVCacheDType::fp8 || k == KVCacheDType::fp8_e4m3 || k == KVCacheDType::fp8_e5m2 || k == KVCacheDType::fp8_inc;
+}
 
 // Evenly spaced picks that keep the first and last element.
 std::vector<int> spread(const std::vector<int>& v, int n) {

@@ -78,6 +78,7 @@ TEST(Types, KvStorageDType) {
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_e4m3, DType::float16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_e5m2, DType::float16), DType::fp8_e5m2);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::int8_per_token_head, DType::bfloat16), DType::int8);
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_inc, DType::bfloat16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_per_token_head, DType::float32), DType::fp8_e4m3);
   for (KVCacheDType k : all_kv_cache_dtypes())
     EXPECT_EQ(has_token_head_scales(k), k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head);
@@ -89,7 +90,8 @@ TEST(Types, KvStorageDType) {
 TEST(Types, KvStorageDTypeRejectsNamesWithoutDenseStorage) {
   EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::nvfp4, DType::bfloat16); },
                            {"kv_cache_dtype=nvfp4", "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"}));
-  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::fp8_inc, DType::bfloat16); }, {"kv_cache_dtype=fp8_inc"}));
+  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::int4_per_token_head, DType::bfloat16); },
+                           {"kv_cache_dtype=int4_per_token_head"}));
 }
 
 TEST(Types, AttnTypesRoundTripAndErrorsListValues) {

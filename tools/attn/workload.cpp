@@ -23,7 +23,7 @@ attn::Buffer random_buffer(attn::DType dtype, std::vector<int64_t> shape, Rng& r
 void set_fp8_scales(attn::KVCache& cache, const attn::LayerConfig& cfg) {
   using K = attn::KVCacheDType;
   const K k = cfg.kv_cache_dtype;
-  if (k != K::fp8 && k != K::fp8_e4m3 && k != K::fp8_e5m2) return;
+  if (k != K::fp8 && k != K::fp8_e4m3 && k != K::fp8_e5m2 && k != K::fp8_inc) return;
   // Activations are U(-1, 1): stored values up to ~1/0.012 = 83, inside e4m3's 448, and the
   // per-head spread makes a kernel that applies head 0's scale to every head fail.
   const int heads = cfg.use_per_head_quant_scales ? cfg.num_kv_heads : 1;

@@ -55,7 +55,7 @@ attn::LayerParams oracle_params(const attn::LayerParams& p);
 /// position p, shuffled, padded with -1.
 attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng);
 
-/// fp8 / fp8_e4m3 / fp8_e5m2 caches: non-unit K and V scales (one per KV head when the layer uses
+/// fp8 / fp8_e4m3 / fp8_e5m2 / fp8_inc caches: non-unit K and V scales (one per KV head when the layer uses
 /// per-head scales), so the backend and the reference both have to apply them. Others: no-op.
 void set_fp8_scales(attn::KVCache& cache, const attn::LayerConfig& cfg);
 
