@@ -1,14 +1,20 @@
-"""python -m attn.bench sets each case up as `attn bench` does: the cache its backend asks for,
+"""python/examples/bench_plot.py sets each case up as `attn bench` does: the cache its backend asks for,
 blocks scattered by one rule, disjoint instances spanning the pool, every page first touched, and a
 timed step (plan + run) that computes what forward computes. No timings are checked."""
+import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import attn
-from attn import bench
 from helpers import valid_cpu_backends
+
+# The plot script is an example, not part of the package: loaded from its file.
+_spec = importlib.util.spec_from_file_location("bench_plot", Path(__file__).parents[1] / "examples" / "bench_plot.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
 
 CFG = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
 POOL = 1 << 20  # small: several instances, a fast set-up

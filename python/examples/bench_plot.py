@@ -1,6 +1,6 @@
 """Benchmark every backend that serves a Llama-style layer, from Python, and plot it.
 
-    python -m attn.bench --plot bench.png [--quick] [--json results.json] [--threads N]
+    python python/examples/bench_plot.py --plot bench.png [--quick] [--json results.json] [--threads N]
 
 Decode steps (one new token per sequence) are memory-bound: the figure is achieved bandwidth,
 KV-cache bytes read ÷ time, per backend and shape, with this machine's measured read bandwidth
@@ -276,7 +276,7 @@ def plot(data: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attn.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python python/examples/bench_plot.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--plot", metavar="FILE.png", help="draw the results into this PNG")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--quick", action="store_true", help="fewer shapes and runs (a smoke run)")
