@@ -84,11 +84,15 @@ TEST_P(PlantedBugs, EveryPlantedBugFailsAndTheCorrectOutputPasses) {
         if ((kind == FaultKind::window_off_by_one) != window) continue;
         store_as_output(c, reference_attention(c, fault_for(kind, long_ctx)));
         CompareResult bad = compare_output(c, ref);
-        // A missing rescale shows only where a row's running max rises after its first chunk;
-        // on coarse inputs (fp8_e5m2) some seeds put every row's max in the first chunk (about
-        // one run in 60), so that fault gets two more inputs before it counts as missed.
+        // Two faults show only on some inputs, so they get two more before they count as missed.
+        // A missing rescale shows only where a row's running max rises after its first chunk; on
+        // coarse inputs (fp8_e5m2) some seeds put every row's max in the first chunk (about one
+        // run in 60). A missing diagonal key is one of ~2100 at long contexts: on about one seed in
+        // 60 its weight is too small for every precision to see (0.26-0.32 of the tolerance:
+        // ATTN_TEST_SEED=783337931620254596).
         std::string tried = spec.describe();
-        for (uint64_t extra = 1; bad.ok && kind == FaultKind::no_rescale && extra <= 2; ++extra) {
+        const bool input_dependent = kind == FaultKind::no_rescale || (kind == FaultKind::missing_diagonal && long_ctx);
+        for (uint64_t extra = 1; bad.ok && input_dependent && extra <= 2; ++extra) {
           const CaseSpec more = spec_for(p, long_ctx, window, seed + extra * 0x9E3779B97F4A7C15ull);
           Case m = make_case(more, "reference");
           const std::vector<double> mref = reference_attention(m);
