@@ -152,6 +152,19 @@ PinnedTensor pin_cpu_tensor(nb::handle tensor, DType& dtype) {
   return PinnedTensor{exported, std::move(a), std::move(shape)};
 }
 
+/// The elements of `a` after checking it is row-major contiguous (unit extents take any stride):
+/// the cache addresses engine tensors with row-major strides, so a permuted or sliced view would be
+/// misread. `arg` names the tensor in the message.
+int64_t contiguous_elements(const nb::ndarray<>& a, const std::string& arg) {
+  int64_t expected = 1;
+  for (std::size_t d = a.ndim(); d-- > 0;) {
+    require(a.shape(d) == 1 || a.stride(d) == expected, arg + ".strides", "dimension " + std::to_string(d) + " stride " +
+            std::to_string(a.stride(d)), std::to_string(expected) + " (a contiguous tensor; pass tensor.contiguous())");
+    expected *= int64_t(a.shape(d));
+  }
+  return expected;
+}
+
 /// The kv_cache_dtype of an engine's cache tensor: fp8 codes with per-token-head scales given are
 /// fp8_per_token_head, int8 codes always int8_per_token_head (they need the scales).
 KVCacheDType kv_cache_dtype_of(DType d, bool token_scales) {
@@ -184,12 +197,7 @@ void use_engine_token_scales(ExternalKVCache& cache, nb::handle k_scales, nb::ha
     PinnedTensor t = pin_cpu_tensor(h, d);
     require(d == DType::float32, std::string(arg) + ".dtype", to_string(d), "float32");
     require(t.shape == want, std::string(arg) + ".shape", t.shape, want + " = [num_blocks, block_size, num_kv_heads]");
-    int64_t expected = 1;
-    for (std::size_t x = t.pinned.ndim(); x-- > 0;) {
-      require(t.pinned.shape(x) == 1 || t.pinned.stride(x) == expected, std::string(arg) + ".strides",
-              "dimension " + std::to_string(x) + " stride " + std::to_string(t.pinned.stride(x)), std::to_string(expected) + " (contiguous)");
-      expected *= int64_t(t.pinned.shape(x));
-    }
+    contiguous_elements(t.pinned, arg);
     ptr[i++] = static_cast<float*>(t.pinned.data());
     cache.keep(std::move(t));
   }
@@ -288,15 +296,8 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
   // The last dimension holds the wider of K and V: a V wider than it would be written past the tensor.
   require(head_size_v >= 0 && head_size_v <= spec.head_size, "head_size_v", head_size_v,
           "0 (= head_size) or at most the tensor's last dimension " + std::to_string(spec.head_size));
-  // The cache is addressed with row-major strides: a permuted or sliced view would be misread.
-  int64_t expected = 1;
-  for (std::size_t d = a.ndim(); d-- > 0;) {
-    require(a.shape(d) == 1 || a.stride(d) == expected, "tensor.strides", "dimension " + std::to_string(d) + " stride " +
-            std::to_string(a.stride(d)), std::to_string(expected) + " (a contiguous tensor; pass tensor.contiguous())");
-    expected *= a.shape(d);
-  }
   // Whatever the spec derives, it must address exactly the tensor's bytes, never past them.
-  const int64_t tensor_bytes = expected * int64_t(dtype_size(dtype));
+  const int64_t tensor_bytes = contiguous_elements(a, "tensor") * int64_t(dtype_size(dtype));
   require(spec.bytes() == tensor_bytes, "tensor.nbytes", tensor_bytes,
           std::to_string(spec.bytes()) + " bytes, what the cache " + spec.to_string() + " addresses");
   auto* cache = new ExternalKVCache(spec, std::move(t), "KVCache.from_dlpack tensor");

@@ -151,7 +151,7 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
       const int j = 2 * kp;
       if (j < n) widen<T>(src_row(j, true), dv, dvp, row); else std::fill(row, row + dvp, 0.0f);
       if (j + 1 < n) widen<T>(src_row(j + 1, true), dv, dvp, row2); else std::fill(row2, row2 + dvp, 0.0f);
-      if (any_nonfinite(row, dvp) || any_nonfinite(row2, dvp)) *nonfinite |= 1;
+      if (any_nonfinite(row, dvp) || any_nonfinite(row2, dvp)) *nonfinite = 1;
       for (int x = 0; x < dvp; x += 16) {
         const __m512 ab = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castpd256_pd512(_mm256_castsi256_pd((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(row + x)))),
