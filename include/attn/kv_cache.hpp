@@ -67,6 +67,35 @@ float max_code(DType storage);
 float quantize(const float* src, int32_t n, DType storage, void* codes, int64_t* nonfinite);
 }  // namespace token_head
 
+/// int4_per_token_head, vLLM's format (vllm/v1/attention/ops/int4_per_token_head.py): each (slot,
+/// KV head) vector x of n dims (a power of two) is rotated, y = H·(D·x) (D: vLLM's ±1 signs, H: the
+/// unnormalized Walsh-Hadamard matrix, H·H = n·I; fp32, then rounded to the written dtype), and y
+/// is quantized asymmetrically: scale = max((max − min) / 15, 1e-6), zero point z = clamp(round(−min
+/// / scale), 0, 15), code = clamp(round(y / scale + z), 0, 15) (rounding half away from zero), two
+/// codes per byte (even dim in the low nibble). z hides in the low 4 mantissa bits of the stored
+/// fp32 scale; y reads back as (code − z) · (stored scale with those bits cleared). Attention runs
+/// in the rotated space: q·k = (H·D·q)·y / n, and an output o' over the rotated V is D·H·o' / n.
+namespace int4_head {
+constexpr int kMaxCode = 15;
+/// vLLM's RHT signs: torch.bernoulli(0.5) on a CPU generator seeded 0x9E3779B9, i.e. mt19937
+/// words whose 24-bit fraction is below 0.5 give +1. Element i is the same for every n > i.
+float rht_sign(int32_t i);
+/// x = H·x in place (n a power of two), the butterfly order of vLLM's CPU transform.
+void hadamard(float* x, int32_t n);
+/// x = H·(D·x): what write_kv stores (before rounding) and what q becomes.
+void rotate(float* x, int32_t n);
+/// x = D·(H·x) / n: the inverse of rotate.
+void unrotate(float* x, int32_t n);
+/// Quantizes a rotated vector: packed codes to `codes` (n / 2 bytes); returns the stored scale
+/// (zero point in its low bits). A NaN or infinity gives a NaN scale and zero codes (counted).
+float quantize(const float* rotated, int32_t n, uint8_t* codes, int64_t* nonfinite);
+/// The stored scale's two parts.
+float scale_of(float stored);
+int zero_point(float stored);
+/// The rotated values a stored vector holds: (code − z) · scale.
+void dequantize(const uint8_t* codes, float stored_scale, int32_t n, float* rotated);
+}  // namespace int4_head
+
 struct KVCacheSpec {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
@@ -79,6 +108,13 @@ struct KVCacheSpec {
   bool per_head_scales = false;   // one scale per kv head (else one per tensor)
 
   int32_t v_width() const { return head_size_v ? head_size_v : head_size; }
+  /// int4_per_token_head: two codes per stored byte.
+  bool int4() const { return kv_cache_dtype == KVCacheDType::int4_per_token_head; }
+  /// Stored elements of one K (is_v false) or V row: the width, halved for int4 caches.
+  int32_t stored_width(bool is_v) const {
+    const int32_t w = is_v ? v_width() : head_size;
+    return int4() ? w / 2 : w;
+  }
   /// A per-token-head cache (see token_head): its scales are two more arrays beside the codes.
   bool token_scales() const { return has_token_head_scales(kv_cache_dtype); }
   /// Bytes of those two scale arrays (0 for other caches).
@@ -113,6 +149,9 @@ struct PagedKV {
   /// whose per-tensor / per-head scales above apply (they are 1 here).
   float* k_token_scales = nullptr;
   float* v_token_scales = nullptr;
+  /// int4_per_token_head (see int4_head): a row is head_size / 2 bytes of packed codes; the token
+  /// scales carry the zero points.
+  bool int4 = false;
 };
 
 /// Where the scale of slot t of block b, KV head h, lies in k_token_scales / v_token_scales.
@@ -129,12 +168,13 @@ inline int64_t kv_element_offset(const PagedKV& v, int64_t b, int64_t t, int64_t
   return run + (d >> 1) * 2 * int64_t(v.block_size) + 2 * t + (d & 1);     // K[d/2][t][2]
 }
 
-/// Copies the stored bytes of one K or V vector (n elements, its storage dtype) to `dst` as a
+/// Copies the stored bytes of one K or V vector (n values, its storage dtype) to `dst` as a
 /// contiguous row: row readers serve HND_PAIRS caches through it.
 inline void gather_kv_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, void* dst) {
   const std::size_t es = dtype_size(v.dtype);
   const char* base = static_cast<const char*>(v.base);
   char* out = static_cast<char*>(dst);
+  if (v.int4) n /= 2;  // packed codes: n / 2 bytes (int4 caches are never HND_PAIRS)
   if (v.layout != KVLayout::HND_PAIRS) {
     std::memcpy(out, base + kv_element_offset(v, b, t, h, 0, is_v) * int64_t(es), std::size_t(n) * es);
     return;

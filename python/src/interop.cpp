@@ -33,6 +33,9 @@ nb::dlpack::dtype dlpack_dtype(DType d) {
   throw Error("cache dtype " + std::string(to_string(d)) + " has no DLPack spelling");
 }
 
+/// uint8: the bytes of an int4_per_token_head cache (two codes each), as vLLM allocates them.
+nb::dlpack::dtype dlpack_uint8() { return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::UInt), 8, 1}; }
+
 /// The cache storage as a DLPack-capable array object (no copy); it keeps the cache alive.
 nb::object cache_ndarray(nb::handle self) {
   const KVCache& c = nb::cast<const KVCache&>(self);
@@ -40,13 +43,15 @@ nb::object cache_ndarray(nb::handle self) {
   require(!c.strided(), "cache", "strided (KVCache.from_views)", "a cache with attn's own layout: read the engine's tensors instead");
   std::vector<std::size_t> shape;
   for (int64_t d : c.spec().shape()) shape.push_back(std::size_t(d));
-  return nb::cast(nb::ndarray<nb::array_api>(c.data(), shape.size(), shape.data(), self, nullptr, dlpack_dtype(c.spec().dtype),
-                                nb::device::cpu::value));
+  const nb::dlpack::dtype dt = c.spec().int4() ? dlpack_uint8() : dlpack_dtype(c.spec().dtype);
+  return nb::cast(nb::ndarray<nb::array_api>(c.data(), shape.size(), shape.data(), self, nullptr, dt, nb::device::cpu::value));
 }
 
 /// The storage dtype of an engine's cache tensor: DLPack float / bfloat16 / fp8 codes, or a NumPy
 /// array whose ml_dtypes dtype NumPy cannot export (viewed as raw bytes of the same memory).
-DType cache_storage_dtype(nb::handle tensor, nb::object& exported) {
+/// `packed` (when given) is set for uint8 tensors, the packed codes of int4_per_token_head caches
+/// (stored as int8 bytes).
+DType cache_storage_dtype(nb::handle tensor, nb::object& exported, bool* packed = nullptr) {
   exported = nb::borrow(tensor);
   if (nb::hasattr(tensor, "dtype") && nb::cast<std::string>(tensor.type().attr("__module__")) == "numpy") {
     const std::string name = nb::cast<std::string>(tensor.attr("dtype").attr("name"));
@@ -63,8 +68,13 @@ DType cache_storage_dtype(nb::handle tensor, nb::object& exported) {
                           "> invalid: expected a DLPack tensor (torch) or NumPy array").c_str());
   for (DType d : {DType::float32, DType::float16, DType::bfloat16, DType::fp8_e4m3, DType::fp8_e5m2, DType::int8})
     if (a.dtype() == dlpack_dtype(d)) return d;
+  if (packed && a.dtype() == dlpack_uint8()) {
+    *packed = true;
+    return DType::int8;
+  }
   throw nb::type_error(("tensor.dtype=" + describe_dtype(tensor) +
-                        " invalid: expected a cache dtype (float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, int8)").c_str());
+                        " invalid: expected a cache dtype (float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, int8, "
+                        "uint8 for int4 codes)").c_str());
 }
 
 std::string shape_text(const nb::ndarray<>& a) {
@@ -138,9 +148,9 @@ class ExternalKVCache : public KVCache {
 };
 
 /// The storage dtype, export and CPU check every wrapped tensor goes through.
-PinnedTensor pin_cpu_tensor(nb::handle tensor, DType& dtype) {
+PinnedTensor pin_cpu_tensor(nb::handle tensor, DType& dtype, bool* packed = nullptr) {
   nb::object exported;
-  dtype = cache_storage_dtype(tensor, exported);
+  dtype = cache_storage_dtype(tensor, exported, packed);
   nb::ndarray<> a;
   if (!nb::try_cast(exported, a, false))
     throw nb::type_error("tensor invalid: expected a writable DLPack tensor or NumPy array");
@@ -166,8 +176,10 @@ int64_t contiguous_elements(const nb::ndarray<>& a, const std::string& arg) {
 }
 
 /// The kv_cache_dtype of an engine's cache tensor: fp8 codes with per-token-head scales given are
-/// fp8_per_token_head, int8 codes always int8_per_token_head (they need the scales).
-KVCacheDType kv_cache_dtype_of(DType d, bool token_scales) {
+/// fp8_per_token_head, int8 codes always int8_per_token_head and uint8 (`packed`) always
+/// int4_per_token_head (they need the scales).
+KVCacheDType kv_cache_dtype_of(DType d, bool token_scales, bool packed = false) {
+  if (packed) return KVCacheDType::int4_per_token_head;
   if (d == DType::int8) return KVCacheDType::int8_per_token_head;
   if (token_scales) {
     require(d == DType::fp8_e4m3, "tensor.dtype", to_string(d), "int8 or float8_e4m3fn for a cache with k_scales / v_scales");
@@ -209,7 +221,9 @@ void use_engine_token_scales(ExternalKVCache& cache, nb::handle k_scales, nb::ha
 /// [batch, seq, heads, dim] tensors: a cache that reads and writes them in place.
 nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales, nb::handle k_scales, nb::handle v_scales) {
   DType kd, vd;
-  PinnedTensor kt = pin_cpu_tensor(k, kd), vt = pin_cpu_tensor(v, vd);
+  bool kp4 = false, vp4 = false;
+  PinnedTensor kt = pin_cpu_tensor(k, kd, &kp4), vt = pin_cpu_tensor(v, vd, &vp4);
+  require(vp4 == kp4, "v.dtype", vp4 ? "uint8" : std::string(to_string(vd)), "k's dtype " + (kp4 ? "uint8" : std::string(to_string(kd))));
   const nb::ndarray<>&ka = kt.pinned, &va = vt.pinned;
   require(vd == kd, "v.dtype", to_string(vd), "k's dtype " + std::string(to_string(kd)));
   const char* dims = "[num_blocks, block_size, num_kv_heads, head_size]";
@@ -228,10 +242,11 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales, nb
     require(ka.stride(d) >= 0, "k.strides", "dimension " + std::to_string(d) + " stride " + std::to_string(ka.stride(d)), ">= 0");
   KVCacheSpec spec;
   spec.dtype = kd;
-  spec.kv_cache_dtype = kv_cache_dtype_of(kd, !k_scales.is_none() || !v_scales.is_none());
+  spec.kv_cache_dtype = kv_cache_dtype_of(kd, !k_scales.is_none() || !v_scales.is_none(), kp4);
   spec.per_head_scales = per_head_scales;
   spec.num_blocks = int32_t(ka.shape(0)), spec.block_size = int32_t(ka.shape(1)), spec.num_kv_heads = int32_t(ka.shape(2));
-  spec.head_size = int32_t(ka.shape(3)), spec.head_size_v = int32_t(va.shape(3));
+  const int32_t per_byte = kp4 ? 2 : 1;  // int4: two codes per byte of the row
+  spec.head_size = int32_t(ka.shape(3)) * per_byte, spec.head_size_v = int32_t(va.shape(3)) * per_byte;
   // Unit extents have any stride; give them the stride that keeps the order below meaningful.
   const int64_t token = ka.shape(1) == 1 ? 0 : ka.stride(1), head = ka.shape(2) == 1 ? 0 : ka.stride(2);
   spec.layout = head >= token ? KVLayout::HND : KVLayout::NHD;  // names the token order only
@@ -269,11 +284,12 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales, nb
 nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales,
                              nb::handle k_scales, nb::handle v_scales) {
   DType dtype;
-  PinnedTensor t = pin_cpu_tensor(tensor, dtype);
+  bool packed = false;
+  PinnedTensor t = pin_cpu_tensor(tensor, dtype, &packed);
   const nb::ndarray<>& a = t.pinned;
   KVCacheSpec spec;
   spec.dtype = dtype;
-  spec.kv_cache_dtype = kv_cache_dtype_of(dtype, !k_scales.is_none() || !v_scales.is_none());
+  spec.kv_cache_dtype = kv_cache_dtype_of(dtype, !k_scales.is_none() || !v_scales.is_none(), packed);
   spec.per_head_scales = per_head_scales;
   const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
   const std::string& shape = t.shape;
@@ -291,7 +307,7 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
     spec.num_kv_heads = int32_t(a.shape(nhd ? 3 : 2));
   }
   spec.num_blocks = int32_t(a.shape(0));
-  spec.head_size = int32_t(a.shape(a.ndim() - 1));
+  spec.head_size = int32_t(a.shape(a.ndim() - 1)) * (packed ? 2 : 1);  // int4: two codes per byte
   spec.head_size_v = head_size_v;
   // The last dimension holds the wider of K and V: a V wider than it would be written past the tensor.
   require(head_size_v >= 0 && head_size_v <= spec.head_size, "head_size_v", head_size_v,
@@ -382,9 +398,10 @@ void bind_cache_interop(nb::class_<KVCache>& cls) {
                  nb::arg("v_scales") = nb::none(),
                  "Wraps an engine-owned tensor as a cache, without copying: the shape gives num_blocks, block_size,\n"
                  "num_kv_heads and head_size for `layout`, the dtype the storage dtype (fp8 tensors make fp8 caches).\n"
-                 "Per-token-head caches (vLLM's int8_per_token_head / fp8_per_token_head): an int8 or float8_e4m3fn\n"
-                 "tensor with k_scales and v_scales, the engine's float32 [num_blocks, block_size, num_kv_heads]\n"
-                 "scale tensors, read and written in place like the codes.\n"
+                 "Per-token-head caches (vLLM's int8_per_token_head / fp8_per_token_head / int4_per_token_head): an\n"
+                 "int8, float8_e4m3fn or uint8 (two int4 codes per byte, the last dimension head_size / 2) tensor with\n"
+                 "k_scales and v_scales, the engine's float32 [num_blocks, block_size, num_kv_heads] scale tensors\n"
+                 "(int4: zero points in their low mantissa bits), read and written in place like the codes.\n"
                  "It must be contiguous, on the CPU and 64-byte aligned; the tensor and its storage stay alive with the\n"
                  "cache, and every use checks the tensor still has that storage (resize_ / set_ on it is an error).");
   cls.def_static("from_views", &cache_from_views, nb::arg("k"), nb::arg("v"), nb::kw_only(), nb::arg("per_head_scales") = false,

@@ -110,6 +110,50 @@ def token_head_quantized(x: np.ndarray, storage: str):
     return codes.astype(np.float64) * scale.astype(np.float64), codes, scale
 
 
+def rht_signs(n: int) -> np.ndarray:
+    """vLLM's RHT signs (vllm/v1/attention/ops/int4_per_token_head.py _get_rht_signs), drawn with torch."""
+    import torch
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(0x9E3779B9)
+    return (2.0 * torch.bernoulli(torch.full((n,), 0.5), generator=gen) - 1.0).numpy().astype(np.float32)
+
+
+def walsh_hadamard(x: np.ndarray) -> np.ndarray:
+    """The unnormalized transform along the last axis, vLLM's CPU butterfly order, in x's dtype."""
+    x = np.array(x)
+    n, h = x.shape[-1], 1
+    while h < n:
+        v = x.reshape(*x.shape[:-1], n // (2 * h), 2, h)
+        a, b = v[..., 0, :].copy(), v[..., 1, :].copy()
+        v[..., 0, :], v[..., 1, :] = a + b, a - b
+        x = v.reshape(x.shape)
+        h *= 2
+    return x
+
+
+def int4_quantized(x: np.ndarray, dtype: str):
+    """vLLM's int4_per_token_head write of x [..., n] given in `dtype`: rotate in fp32 (signs, then
+    the transform), round to `dtype`, scale = max((max - min) / 15, 1e-6), zero point round(-min /
+    scale), codes round(y * (1 / scale) + zp) (fused), half away from zero, clamped to [0, 15],
+    packed low nibble first; the zero point in the scale's low 4 bits. Returns (the values the
+    cache holds, rotated back in float64; packed codes; stored float32 scales [..., 1])."""
+    n = x.shape[-1]
+    signs = rht_signs(n)
+    y = rounded(walsh_hadamard(np.asarray(x, np.float32) * signs), dtype).astype(np.float32)
+    lo, hi = y.min(axis=-1, keepdims=True), y.max(axis=-1, keepdims=True)
+    scale = np.maximum((hi - lo) / np.float32(15), np.float32(1e-6)).astype(np.float32)
+    half_away = lambda v: np.trunc(np.where(v >= 0, v + np.float32(0.5), v - np.float32(0.5)))
+    zp = np.clip(half_away((-lo / scale).astype(np.float32)), 0, 15).astype(np.float32)
+    inv = (np.float32(1) / scale).astype(np.float32)
+    fused = (y.astype(np.float64) * inv.astype(np.float64) + zp).astype(np.float32)  # one rounding, as an fma
+    codes = np.clip(half_away(fused), 0, 15).astype(np.uint8)
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    bits = (scale.view(np.uint32) & np.uint32(0xFFFFFFF0)) | zp.astype(np.uint32)
+    stored = bits.view(np.float32)
+    held = (codes.astype(np.float64) - zp) * (bits & np.uint32(0xFFFFFFF0)).view(np.float32).astype(np.float64)
+    return walsh_hadamard(held) * signs / n, packed, stored
+
+
 def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, query_lens, *, block_size=None,
                kv_scale=None, spare_blocks=3, poison=True) -> Batch:
     """Random q/k/v for sequences with `context_lens` cached tokens and `query_lens` new ones.
@@ -157,6 +201,10 @@ def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, qu
     batch = Batch(layer, cache, md, q, query_lens=list(query_lens), seq_lens=seq_lens)
     batch.q_ref = q.astype(np.float64)
     # The cache converts from the I/O dtype, so the reference rounds twice like the data did.
+    if cache.kv_cache_dtype == "int4_per_token_head":
+        batch.k_ref = [int4_quantized(rounded(k, cfg.dtype), cfg.dtype)[0] for k in k_all]
+        batch.v_ref = [int4_quantized(rounded(v, cfg.dtype), cfg.dtype)[0] for v in v_all]
+        return batch
     if cache.kv_cache_dtype in TOKEN_HEAD_DTYPES:
         batch.k_ref = [token_head_quantized(rounded(k, cfg.dtype), storage)[0] for k in k_all]
         batch.v_ref = [token_head_quantized(rounded(v, cfg.dtype), storage)[0] for v in v_all]

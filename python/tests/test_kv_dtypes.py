@@ -9,12 +9,14 @@ import pytest
 import attn
 from helpers import TOKEN_HEAD_DTYPES, assert_close, make_batch, token_head_quantized, valid_cpu_backends
 
-STORAGE = {"int8_per_token_head": "int8", "fp8_per_token_head": "fp8_e4m3"}
+STORAGE = {"int8_per_token_head": "int8", "fp8_per_token_head": "fp8_e4m3", "int4_per_token_head": "int8"}
 
 
-@pytest.mark.parametrize("kv", TOKEN_HEAD_DTYPES)
+@pytest.mark.parametrize("kv", TOKEN_HEAD_DTYPES + ("int4_per_token_head",))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_every_backend_matches_the_reference_on_the_quantized_cache(kv, dtype):
+    if kv == "int4_per_token_head":  # its expected values use vLLM's RHT signs, drawn with torch
+        pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
     cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype=dtype, kv_cache_dtype=kv)
     backends = valid_cpu_backends(cfg)
     assert "cpu_flash" in backends and "reference" in backends
@@ -70,14 +72,14 @@ def test_every_code_reads_as_the_reference_reads_it(kv):
     assert_close(out, want, "bfloat16", b.cache.dtype, "cpu_flash vs reference")
 
 
-def test_nonfinite_values_warn_and_read_as_nan():
-    layer = attn.Attention(attn.LayerConfig(num_heads=2, num_kv_heads=1, head_size=32, dtype="float32",
-                                            kv_cache_dtype="int8_per_token_head"))
+@pytest.mark.parametrize("kv", ["int8_per_token_head", "int4_per_token_head"])
+def test_nonfinite_values_warn_and_read_as_nan(kv):
+    layer = attn.Attention(attn.LayerConfig(num_heads=2, num_kv_heads=1, head_size=32, dtype="float32", kv_cache_dtype=kv))
     cache = layer.make_cache(2)
     k = np.ones((1, 1, 32), np.float32)
     k[0, 0, 5] = np.inf
     md = attn.BatchMetadata(context_lens=[0], query_lens=[1], block_ids=[[0]], cache=cache)
-    with pytest.warns(RuntimeWarning, match=r"1 NaN or infinite values .* int8_per_token_head"):
+    with pytest.warns(RuntimeWarning, match=r"1 NaN or infinite values .* " + kv):
         layer.write_kv(k, np.ones((1, 1, 32), np.float32), cache, md)
     assert np.isnan(cache.token_scales()[0][0, 0, 0])
 

@@ -84,7 +84,8 @@ bool is_quantized(KVCacheDType k) {
 }
 
 bool has_token_head_scales(KVCacheDType k) {
-  return k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head;
+  return k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head ||
+         k == KVCacheDType::int4_per_token_head;
 }
 
 const std::vector<KVCacheDType>& per_element_kv_cache_dtypes() {
@@ -108,9 +109,12 @@ DType kv_storage_dtype(KVCacheDType k, DType model) {
     case KVCacheDType::fp8_inc: return DType::fp8_e4m3;
     case KVCacheDType::fp8_per_token_head: return DType::fp8_e4m3;
     case KVCacheDType::int8_per_token_head: return DType::int8;
+    // int4_per_token_head: two 4-bit codes per byte (vLLM allocates torch.uint8); attn's byte
+    // storage is int8 (KVCacheSpec::stored_width halves the row).
+    case KVCacheDType::int4_per_token_head: return DType::int8;
     default:
       throw Error("kv_cache_dtype=" + std::string(to_string(k)) +
-                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, int8_per_token_head, fp8_per_token_head, fp8_ds_mla (MLA)");
+                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, int8_per_token_head, fp8_per_token_head, int4_per_token_head, fp8_ds_mla (MLA)");
   }
 }
 

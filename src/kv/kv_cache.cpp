@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <utility>
 
 #include "attn/checked.hpp"
@@ -20,7 +21,7 @@ bool is_ds_mla(const KVCacheSpec& s) { return s.kv_cache_dtype == KVCacheDType::
 
 // Elements per entry (per head): fp8_ds_mla entries are bytes of a fixed layout.
 int32_t entry_width(const KVCacheSpec& s) {
-  return is_ds_mla(s) ? ds_mla::kEntryBytes : std::max(s.head_size, s.v_width());
+  return is_ds_mla(s) ? ds_mla::kEntryBytes : std::max(s.stored_width(false), s.stored_width(true));
 }
 
 // One fp8_ds_mla entry from a [kRank + kRope] row of any float dtype.
@@ -102,6 +103,100 @@ float quantize(const float* src, int32_t n, DType storage, void* codes, int64_t*
 
 }  // namespace token_head
 
+namespace int4_head {
+namespace {
+// vLLM draws its signs with torch.bernoulli(torch.full((n,), 0.5), generator=g) after
+// g.manual_seed(0x9E3779B9): torch's CPU generator is mt19937 (32-bit seeding), and its float
+// bernoulli takes a word's low 24 bits as u = bits / 2^24 and returns u < p.
+struct Signs {
+  float v[limits::kMaxHeadSize];
+  Signs() {
+    std::mt19937 gen(0x9E3779B9u);
+    for (float& s : v) s = (gen() & 0xFFFFFFu) < (1u << 23) ? 1.0f : -1.0f;
+  }
+};
+const Signs& signs() {
+  static const Signs s;
+  return s;
+}
+float round_half_away(float x) { return float(int32_t(x >= 0 ? x + 0.5f : x - 0.5f)); }
+}  // namespace
+
+float rht_sign(int32_t i) { return signs().v[i]; }
+
+void hadamard(float* x, int32_t n) {
+  for (int32_t h = 1; h < n; h <<= 1)
+    for (int32_t i = 0; i < n; i += 2 * h)
+      for (int32_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b, x[j + h] = a - b;
+      }
+}
+
+void rotate(float* x, int32_t n) {
+  const float* s = signs().v;
+  for (int32_t i = 0; i < n; ++i) x[i] *= s[i];
+  hadamard(x, n);
+}
+
+void unrotate(float* x, int32_t n) {
+  hadamard(x, n);
+  const float* s = signs().v;
+  const float inv = 1.0f / float(n);
+  for (int32_t i = 0; i < n; ++i) x[i] = x[i] * s[i] * inv;
+}
+
+float scale_of(float stored) {
+  uint32_t u;
+  std::memcpy(&u, &stored, 4);
+  u &= ~uint32_t(0xF);
+  float s;
+  std::memcpy(&s, &u, 4);
+  return s;
+}
+
+int zero_point(float stored) {
+  uint32_t u;
+  std::memcpy(&u, &stored, 4);
+  return int(u & 0xF);
+}
+
+float quantize(const float* y, int32_t n, uint8_t* codes, int64_t* nonfinite) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  int64_t bad = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!std::isfinite(y[i])) ++bad;
+    lo = std::min(lo, y[i]), hi = std::max(hi, y[i]);
+  }
+  if (bad) {
+    std::memset(codes, 0, std::size_t(n / 2));
+    if (nonfinite) *nonfinite += bad;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  // vLLM's operations in its order: one division for the scale, one for the zero point, then
+  // y · (1 / scale) + z fused, rounded half away from zero and clamped.
+  const float scale = std::max((hi - lo) / float(kMaxCode), token_head::kMinScale);
+  const float z = std::clamp(round_half_away(-lo / scale), 0.0f, float(kMaxCode)), inv = 1.0f / scale;
+  auto code = [&](float v) { return uint8_t(std::clamp(round_half_away(std::fma(v, inv, z)), 0.0f, float(kMaxCode))); };
+  for (int32_t i = 0; i + 1 < n; i += 2) codes[i / 2] = uint8_t(code(y[i]) | (code(y[i + 1]) << 4));
+  uint32_t u;
+  std::memcpy(&u, &scale, 4);
+  u = (u & ~uint32_t(0xF)) | uint32_t(z);
+  float stored;
+  std::memcpy(&stored, &u, 4);
+  return stored;
+}
+
+void dequantize(const uint8_t* codes, float stored, int32_t n, float* y) {
+  const float s = scale_of(stored), z = float(zero_point(stored));
+  for (int32_t i = 0; i + 1 < n; i += 2) {
+    y[i] = (float(codes[i / 2] & 0xF) - z) * s;
+    y[i + 1] = (float(codes[i / 2] >> 4) - z) * s;
+  }
+}
+
+}  // namespace int4_head
+
 std::string_view to_string(KVLayout l) {
   switch (l) {
     case KVLayout::NHD: return "NHD";
@@ -129,7 +224,11 @@ constexpr SizeNeed kPairSizeNeeds[] = {
 
 /// The first size need of `s`'s layout that `s` misses; null when its sizes fit.
 const SizeNeed* unmet_size_need(const KVCacheSpec& s) {
+  // int4 codes come two per byte, which the pair order (one code per element) does not hold.
+  static constexpr SizeNeed kInt4Pairs{"layout", [](const KVCacheSpec&) { return 0; }, 1,
+                                       "NHD or HND for kv_cache_dtype int4_per_token_head (HND_PAIRS holds one code per byte)"};
   if (s.layout != KVLayout::HND_PAIRS) return nullptr;
+  if (s.int4()) return &kInt4Pairs;
   for (const SizeNeed& n : kPairSizeNeeds)
     if (n.value(s) % n.multiple != 0) return &n;
   return nullptr;
@@ -183,7 +282,16 @@ void KVCacheSpec::validate() const {
     require(v_width() == ds_mla::kRank, "head_size_v", head_size_v, std::to_string(ds_mla::kRank) + what);
     require(dtype == DType::fp8_e4m3, "cache dtype", attn::to_string(dtype), "fp8_e4m3 (one element per entry byte)" + what);
   }
-  if (const SizeNeed* n = unmet_size_need(*this)) fail_check(n->argument, n->value(*this), n->expected);
+  if (int4()) {
+    const std::string what = " for kv_cache_dtype int4_per_token_head (its Hadamard rotation)";
+    auto pow2 = [](int32_t w) { return w >= 2 && (w & (w - 1)) == 0; };
+    require(pow2(head_size), "head_size", head_size, "a power of two" + what);
+    require(pow2(v_width()), "head_size_v", v_width(), "a power of two" + what);
+  }
+  if (const SizeNeed* n = unmet_size_need(*this)) {
+    if (n->multiple == 1) fail_check(n->argument, attn::to_string(layout), n->expected);
+    fail_check(n->argument, n->value(*this), n->expected);
+  }
 }
 
 int64_t KVCacheSpec::bytes() const {
@@ -209,7 +317,7 @@ void KVCache::init_scales() {
 
 void KVCache::use_token_scales(float* k, float* v) {
   ATTN_REQUIRE(spec_.token_scales(), "kv_cache_dtype", to_string(spec_.kv_cache_dtype),
-               "int8_per_token_head or fp8_per_token_head for a cache with token scales");
+               "int8_per_token_head, fp8_per_token_head or int4_per_token_head for a cache with token scales");
   ATTN_REQUIRE(k != nullptr && v != nullptr, "token scales", "null", "the engine's K and V scale arrays");
   k_token_scales_ = k, v_token_scales_ = v;
   token_scale_storage_ = Buffer();
@@ -239,7 +347,7 @@ std::pair<int64_t, int64_t> strided_extent(const KVCacheSpec& spec, const Stride
                                    {checked_product("block stride", {int64_t(spec.num_blocks) - 1, m.block}),
                                     checked_product("token stride", {int64_t(spec.block_size) - 1, m.token}),
                                     checked_product("head stride", {int64_t(spec.num_kv_heads) - 1, m.head}),
-                                    int64_t(is_v ? spec.v_width() : spec.head_size) - 1});
+                                    int64_t(spec.stored_width(is_v)) - 1});
   const int64_t first = is_v ? m.v_offset : 0;
   require(!is_v || m.v_offset <= kInt64Max - last, "v_offset", m.v_offset, "an offset the cache's extent fits after");
   return {first, first + last};
@@ -356,6 +464,7 @@ PagedKV KVCache::view() const {
   v.v_scales = device_ ? static_cast<const float*>(device_scales_.data()) + spec_.num_kv_heads : v_scales_.data();
   v.ds_mla = is_ds_mla(spec_);
   v.k_token_scales = k_token_scales_, v.v_token_scales = v_token_scales_;
+  v.int4 = spec_.int4();
   return v;
 }
 
@@ -490,7 +599,7 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
       for (int32_t h = 0; h < spec_.num_kv_heads; ++h)
         for (int32_t t = 0; t < spec_.block_size; ++t)
           std::memmove(b + kv_element_offset(pv, dst, t, h, 0, is_v) * int64_t(es), b + kv_element_offset(pv, src, t, h, 0, is_v) * int64_t(es),
-                       std::size_t(is_v ? spec_.v_width() : spec_.head_size) * es);
+                       std::size_t(spec_.stored_width(is_v)) * es);
     return;
   }
   const std::size_t bytes = std::size_t(pv.block_stride) * dtype_size(spec_.dtype);
@@ -504,9 +613,20 @@ void KVCache::copy_block(int32_t src, int32_t dst) {
 
 void KVCache::fill(float value) {
   if (spec_.token_scales()) {  // every code 1 and every scale `value`: each element reads `value`
+    // (int4: each stored, rotated value, zero point 0; a NaN poison reads NaN everywhere).
     const int64_t per = int64_t(spec_.num_blocks) * spec_.block_size * spec_.num_kv_heads;
-    std::fill(k_token_scales_, k_token_scales_ + per, value);
-    std::fill(v_token_scales_, v_token_scales_ + per, value);
+    const float stored = spec_.int4() ? int4_head::scale_of(value) : value;
+    std::fill(k_token_scales_, k_token_scales_ + per, stored);
+    std::fill(v_token_scales_, v_token_scales_ + per, stored);
+    if (spec_.int4()) {
+      const PagedKV pv = view();
+      for (bool is_v : {false, true})
+        for (int32_t b = 0; b < spec_.num_blocks; ++b)
+          for (int32_t h = 0; h < spec_.num_kv_heads; ++h)
+            for (int32_t t = 0; t < spec_.block_size; ++t)
+              std::memset(static_cast<char*>(pv.base) + kv_element_offset(pv, b, t, h, 0, is_v), 0x11, std::size_t(spec_.stored_width(is_v)));
+      return;
+    }
     value = 1.0f;
   }
   if (strided()) {  // only the elements the cache addresses: the memory between may be the engine's

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "attn/limits.hpp"
 #include "attn/numeric.hpp"
@@ -173,6 +174,27 @@ int64_t quantize_row(const char* src, DType sd, char* dst, DType dd, int32_t n, 
   for (int32_t i = 0; i < n; ++i) row[i] = load_as_float(src, sd, i);
   int64_t bad = 0;
   *scale = token_head::quantize(row, n, dd, dst, &bad);
+  return bad;
+}
+
+// int4_per_token_head: one vector rotated in fp32 and rounded back to the written dtype (vLLM's
+// single_rht(x.float()).to(x.dtype)), then quantized into n / 2 bytes with its scale and zero
+// point. A vector holding a NaN or an infinity is counted before the rotation spreads it.
+int64_t quantize_int4_row(const char* src, DType sd, char* dst, int32_t n, float* scale) {
+  alignas(64) float y[limits::kMaxHeadSize];
+  int64_t bad = 0;
+  for (int32_t i = 0; i < n; ++i) bad += !std::isfinite(y[i] = load_as_float(src, sd, i));
+  if (bad) {
+    std::memset(dst, 0, std::size_t(n / 2));
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return bad;
+  }
+  int4_head::rotate(y, n);
+  if (sd != DType::float32) {
+    char rounded[2];
+    for (int32_t i = 0; i < n; ++i) store_from_float(rounded, sd, 0, y[i]), y[i] = load_as_float(rounded, sd, 0);
+  }
+  *scale = int4_head::quantize(y, n, reinterpret_cast<uint8_t*>(dst), &bad);
   return bad;
 }
 
@@ -376,6 +398,12 @@ int64_t ATTN_STORE_RUN_NAME(const PagedKV& pv, const RowSource& src, int64_t blo
   } else {
     const std::size_t es = dtype_size(pv.dtype);
     char* base = static_cast<char*>(pv.base);
+    if (pv.int4) {
+      for (int32_t i = 0; i < count; ++i)
+        bad += quantize_int4_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v),
+                                 n, token_scale_slot(pv, is_v, block, offset + i, head));
+      return bad;
+    }
     for (int32_t i = 0; i < count; ++i)
       bad += write_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
                        pv.dtype, n, inv_scale, token_scale_slot(pv, is_v, block, offset + i, head), stream);

@@ -123,9 +123,9 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     EXPECT_FALSE(j[k + "_instruction"].get<std::string>().empty()) << c;
     EXPECT_GE(j[k + ".p90"].get<double>(), j[k + ".p50"].get<double>()) << c;
   }
-  // Two all-thread reads before and two after each of the four decode shapes (bf16, fp8, int8 and
-  // fp8 per token head) join the start's samples.
-  EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * 4);
+  // Two all-thread reads before and two after each of the five decode shapes (bf16, fp8, int8, fp8
+  // and int4 per token head) join the start's samples.
+  EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * 5);
   EXPECT_EQ(j["ceiling.dram_read.p50"].get<double>(), dram);
   EXPECT_FALSE(j["ceiling.cpu"].get<std::string>().empty());
   const double scaling = j["ceiling.core_scaling"].get<double>();
@@ -135,7 +135,7 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
   EXPECT_DOUBLE_EQ(j["ceiling.matmul_peak_gflops"].get<double>(), peak);
 
   const std::string base = "llama8b_decode_b1_ctx4096", bf16 = base + "_bf16", fp8 = base + "_fp8";
-  for (const std::string& s : {bf16, fp8, base + "_int8_per_token_head", base + "_fp8_per_token_head"}) {
+  for (const std::string& s : {bf16, fp8, base + "_int8_per_token_head", base + "_fp8_per_token_head", base + "_int4_per_token_head"}) {
     SCOPED_TRACE(s);
     EXPECT_EQ(j[s + ".pool"], j["ceiling.pool"]);
     EXPECT_GE(j[s + ".instances"].get<int>(), 2);  // a call never re-reads the previous call's KV
@@ -145,7 +145,7 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     EXPECT_NEAR(j[s + ".fraction_of_dram_p90"].get<double>(),
                 j[s + ".kv_gbs"].get<double>() / j["ceiling.dram_read.p90"].get<double>(), 1e-9);
   }
-  for (const std::string dt : {"fp8", "int8_per_token_head", "fp8_per_token_head"})
+  for (const std::string dt : {"fp8", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"})
     EXPECT_NEAR(j[base + "." + dt + "_vs_bf16"].get<double>(), j[base + "_" + dt + ".ms"].get<double>() / j[bf16 + ".ms"].get<double>(), 1e-9);
   const std::string prefill = "llama8b_prefill_512_bf16";
   if (peak > 0) {

@@ -265,6 +265,33 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
         s.seqs = beyond_one_split(rng, false);
       });
     }
+  // int4_per_token_head: power-of-two head sizes (its Hadamard rotation), every io dtype, GQA 8:2,
+  // and a long context with a window and sinks.
+  if (contains(caps.kv_cache_dtypes, KVCacheDType::int4_per_token_head)) {
+    std::vector<int> pow2;
+    for (int h : {16, 32, 64, 128, 256})
+      if (caps.head_sizes.allows(h)) pow2.push_back(h);
+    for (std::size_t i = 0; i < dtypes.size() && !pow2.empty(); ++i) {
+      add("int4_per_token_head " + std::string(to_string(dtypes[i])), [&](CaseSpec& s) {
+        s.config.kv_cache_dtype = KVCacheDType::int4_per_token_head;
+        s.config.dtype = dtypes[i];
+        s.config.num_heads = 8;
+        s.config.head_size = pow2[(i + out.size()) % pow2.size()];
+      });
+      if (quick) break;
+    }
+    if (!pow2.empty()) {
+      const int window = std::uniform_int_distribution<int>(40, 1500)(rng);
+      add("int4_per_token_head long, window, sinks", [&](CaseSpec& s) {
+        s.config.kv_cache_dtype = KVCacheDType::int4_per_token_head;
+        s.config.dtype = contains(dtypes, DType::bfloat16) ? DType::bfloat16 : dtypes.front();
+        s.config.head_size = pow2.back();
+        if (caps.sliding_window) s.config.sliding_window = window;
+        if (caps.sinks) s.config.has_sink = true;
+        s.seqs = beyond_one_split(rng, false);
+      });
+    }
+  }
   if (caps.batch_invariance) add("use_batch_invariant", [](CaseSpec& s) { s.config.use_batch_invariant = true; });
   if (caps.sinks && caps.sliding_window && caps.soft_cap)
     add("sinks+window+soft_cap (gpt-oss / gemma style)", [](CaseSpec& s) {

@@ -94,6 +94,27 @@ TEST(SelectorErrors, ForcedBackendWhenNoneCouldServe) {
   EXPECT_TRUE(throws_error([&] { select(cfg, forced(name, &reg)); }, {"Backends that can serve this layer: none."}));
 }
 
+TEST(SelectorErrors, Int4CacheNeedsAPowerOfTwoHeadSize) {
+  // int4_per_token_head rotates each vector by a Walsh-Hadamard transform: a head of 96 is served by
+  // no backend that reads the format, and the reason says why (not the cache constructor, later).
+  LayerConfig cfg;
+  cfg.num_heads = 8, cfg.num_kv_heads = 2, cfg.head_size = 96, cfg.dtype = DType::bfloat16;
+  cfg.kv_cache_dtype = KVCacheDType::int4_per_token_head;
+  const Decision d = explain(cfg, no_env());
+  EXPECT_TRUE(d.backend.empty());
+  bool named = false;
+  for (const auto& c : d.candidates)
+    if (c.backend == "cpu_flash" || c.backend == "reference") {
+      named = true;
+      EXPECT_NE(reasons_text(c.reasons).find("head_size=96, expected a power of two for kv_cache_dtype int4_per_token_head"),
+                std::string::npos)
+          << reasons_text(c.reasons);
+    }
+  EXPECT_TRUE(named);
+  cfg.head_size = 128;
+  EXPECT_EQ(explain(cfg, no_env()).backend, "cpu_flash");
+}
+
 TEST(SelectorErrors, ForcedBackendForAnotherPlatform) {
   // reference is CPU-only: forced on a CUDA planning target, the platform is its reason.
   SelectOptions o = forced("reference");

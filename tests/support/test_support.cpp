@@ -188,6 +188,21 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
       std::vector<float> row(static_cast<std::size_t>(n));
       std::vector<uint8_t> codes(static_cast<std::size_t>(n));
       for (int x = 0; x < n; ++x) row[std::size_t(x)] = load_as_float(src.data(), io, first + x);
+      if (cs.int4()) {  // rotated, rounded to the written dtype, quantized; rotated back in fp64
+        int4_head::rotate(row.data(), n);
+        for (float& y : row) y = float(round_to(y, io));
+        const float sc = int4_head::quantize(row.data(), n, codes.data(), nullptr);
+        int4_head::dequantize(codes.data(), sc, n, row.data());
+        std::vector<double> y(row.begin(), row.end());
+        for (int h = 1; h < n; h <<= 1)
+          for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; ++j) {
+              const double a = y[std::size_t(j)], b = y[std::size_t(j + h)];
+              y[std::size_t(j)] = a + b, y[std::size_t(j + h)] = a - b;
+            }
+        for (int x = 0; x < n; ++x) dst[x] = y[std::size_t(x)] * int4_head::rht_sign(x) / n;
+        return;
+      }
       const float sc = token_head::quantize(row.data(), n, cs.dtype, codes.data(), nullptr);
       for (int x = 0; x < n; ++x) dst[x] = double(load_as_float(codes.data(), cs.dtype, x)) * sc;
     };

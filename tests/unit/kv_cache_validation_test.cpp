@@ -192,7 +192,7 @@ TEST(KVCacheConstruction, PerTokenHeadSpecs) {
   EXPECT_TRUE(throws_error([&] { ok.use_token_scales(nullptr, nullptr); }, {"token scales=null"}));
   KVCache plain(small_spec());
   float k = 1, v = 1;
-  EXPECT_TRUE(throws_error([&] { plain.use_token_scales(&k, &v); }, {"kv_cache_dtype=auto", "int8_per_token_head or fp8_per_token_head"}));
+  EXPECT_TRUE(throws_error([&] { plain.use_token_scales(&k, &v); }, {"kv_cache_dtype=auto", "int8_per_token_head, fp8_per_token_head or int4_per_token_head"}));
   EXPECT_EQ(plain.k_token_scales(), nullptr);
 }
 

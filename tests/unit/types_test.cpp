@@ -80,8 +80,10 @@ TEST(Types, KvStorageDType) {
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::int8_per_token_head, DType::bfloat16), DType::int8);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_inc, DType::bfloat16), DType::fp8_e4m3);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_per_token_head, DType::float32), DType::fp8_e4m3);
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::int4_per_token_head, DType::bfloat16), DType::int8);  // bytes of two codes
   for (KVCacheDType k : all_kv_cache_dtypes())
-    EXPECT_EQ(has_token_head_scales(k), k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head);
+    EXPECT_EQ(has_token_head_scales(k), k == KVCacheDType::int8_per_token_head || k == KVCacheDType::fp8_per_token_head ||
+                                            k == KVCacheDType::int4_per_token_head);
   // fp8_ds_mla is now implemented (cpu_mla / cpu_sparse): its entries are bytes (e4m3 latent,
   // fp32 tile scales and bf16 rope inline), stored as fp8_e4m3 elements; it used to throw.
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_ds_mla, DType::bfloat16), DType::fp8_e4m3);
@@ -90,8 +92,8 @@ TEST(Types, KvStorageDType) {
 TEST(Types, KvStorageDTypeRejectsNamesWithoutDenseStorage) {
   EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::nvfp4, DType::bfloat16); },
                            {"kv_cache_dtype=nvfp4", "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"}));
-  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::int4_per_token_head, DType::bfloat16); },
-                           {"kv_cache_dtype=int4_per_token_head"}));
+  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::turboquant_4bit_nc, DType::bfloat16); },
+                           {"kv_cache_dtype=turboquant_4bit_nc"}));
 }
 
 TEST(Types, AttnTypesRoundTripAndErrorsListValues) {

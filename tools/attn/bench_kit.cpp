@@ -43,7 +43,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   const int skipped = first_visible(s, s.context) / bs, read_blocks = blocks_per_seq - skipped;
   KVCacheSpec probe = desc->cache_spec(cfg, 1, bs);
   // Per-token-head caches read each slot's two fp32 scales with its codes.
-  const double row_bytes = double(s.kv_heads) * ((probe.head_size + probe.v_width()) * double(dtype_size(probe.dtype)) +
+  const double row_bytes = double(s.kv_heads) * ((probe.stored_width(false) + probe.stored_width(true)) * double(dtype_size(probe.dtype)) +
                                                  (probe.token_scales() ? 2.0 * sizeof(float) : 0.0));
   const double read_bytes = row_bytes * bs * read_blocks * s.batch;
   // At least two instances, so a call never re-reads the previous call's KV, and enough that

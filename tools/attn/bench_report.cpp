@@ -14,7 +14,7 @@ constexpr double kMiB = 1 << 20;
 std::vector<std::pair<std::string, double>> quantized_vs_bf16(const std::vector<BenchRow>& rows) {
   using attn::KVCacheDType;
   std::vector<std::pair<std::string, double>> out;
-  for (KVCacheDType kv : {KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head}) {
+  for (KVCacheDType kv : quantized_kv_dtypes()) {
     const std::string suffix = kv_suffix(kv);
     for (const BenchRow& f : rows) {
       if (f.name.size() <= suffix.size() || f.name.compare(f.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;

@@ -16,16 +16,27 @@ std::string kv_suffix(attn::KVCacheDType kv) {
   return s;
 }
 
+const std::vector<attn::KVCacheDType>& quantized_kv_dtypes() {
+  using K = attn::KVCacheDType;
+  static const std::vector<K> v = {K::fp8_e4m3, K::int8_per_token_head, K::fp8_per_token_head, K::int4_per_token_head};
+  return v;
+}
+
 namespace {
 
 using attn::KVCacheDType;
 using attn_bench::Shape;
 
+std::vector<KVCacheDType> with_bf16() {
+  std::vector<KVCacheDType> v{KVCacheDType::auto_};
+  for (KVCacheDType kv : quantized_kv_dtypes()) v.push_back(kv);
+  return v;
+}
+
 void add_llama(std::vector<Shape>& out, bool quick) {
   for (int b : {1, 8})
     for (int ctx : {4096, 16384})
-      for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head,
-                              KVCacheDType::fp8_per_token_head}) {
+      for (KVCacheDType kv : with_bf16()) {
         if (quick && (b != 1 || ctx != 4096)) continue;
         Shape s;
         s.name = std::string("llama8b_decode_b") + std::to_string(b) + "_ctx" + std::to_string(ctx) + kv_suffix(kv);
@@ -33,8 +44,7 @@ void add_llama(std::vector<Shape>& out, bool quick) {
         out.push_back(s);
       }
   // Prefill with each cache (the quantized ones in the full run only).
-  for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head,
-                          KVCacheDType::fp8_per_token_head}) {
+  for (KVCacheDType kv : with_bf16()) {
     if (quick && kv != KVCacheDType::auto_) continue;
     Shape p;
     p.query_len = quick ? 512 : 2048, p.context = 0, p.kv = kv;

@@ -62,6 +62,9 @@ std::vector<Shape> shapes() {
   fp8_tok.config.kv_cache_dtype = attn::KVCacheDType::fp8_per_token_head;
   fp8_tok.config.sliding_window = 24;
   out.push_back(fp8_tok);
+  Shape int4{"int4 per-token-head x64", gqa(8, 2, 64, attn::DType::bfloat16)};
+  int4.config.kv_cache_dtype = attn::KVCacheDType::int4_per_token_head;
+  out.push_back(int4);
   Shape enc{"encoder_only x64", gqa(4, 4, 64, attn::DType::bfloat16)};
   enc.config.attn_type = attn::AttnType::encoder_only;
   out.push_back(enc);

@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "attn/numeric.hpp"
 #include "attn/registry.hpp"
+#include "bench_shapes.hpp"
 #include "workload.hpp"
 
 namespace attn_cli {
@@ -70,7 +71,7 @@ std::vector<KvQualityRow> kv_quality(uint64_t seed) {
       return v;
     };
     const std::vector<double> base = output(KVCacheDType::auto_);
-    for (KVCacheDType kv : {KVCacheDType::fp8_e4m3, KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head}) {
+    for (KVCacheDType kv : quantized_kv_dtypes()) {
       const std::vector<double> q = output(kv);
       double max_ref = 0, max_err = 0, err2 = 0, ref2 = 0, dot = 0, q2 = 0;
       for (std::size_t i = 0; i < q.size(); ++i) {

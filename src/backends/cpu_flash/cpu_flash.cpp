@@ -116,9 +116,11 @@ class CpuFlashImpl final : public AttentionImpl {
     const LayerConfig& c = params_.config;
     KernelArgs a;
     a.q_dtype = c.dtype;
-    a.kv_type = kv_type_of(spec.dtype);
+    // int4 codes are unpacked per chunk into bf16 rows (exact), which the bf16 kernels read.
+    a.kv_type = spec.int4() ? KvType::bf16 : kv_type_of(spec.dtype);
     a.kv_elem_bytes = int64_t(dtype_size(spec.dtype));
     a.token_scales = spec.token_scales();
+    a.int4 = spec.int4();
     a.num_heads = c.num_heads, a.num_kv_heads = c.num_kv_heads, a.group = c.num_heads / c.num_kv_heads;
     a.head_size = c.head_size, a.head_size_v = spec.v_width();
     a.scale = params_.effective_scale();
@@ -145,6 +147,7 @@ BackendDescriptor cpu_flash_descriptor() {
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
+  c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);  // general kernel, in the rotated space
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;

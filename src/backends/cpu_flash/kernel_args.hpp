@@ -45,6 +45,7 @@ struct KernelArgs {
   KvType kv_type = KvType::bf16;
   int64_t kv_elem_bytes = 2;
   bool token_scales = false;        // a per-token-head cache: kv.k_token_scales / v_token_scales
+  bool int4 = false;                // int4_per_token_head: packed codes of rotated vectors (int4_head)
 
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;         // [num_seqs]

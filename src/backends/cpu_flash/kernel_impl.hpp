@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -118,6 +119,47 @@ void pv_dispatch(int nvec, bool tail, float* o, int ldo, const float* alpha, con
   }
 }
 
+/// n int4 codes (two per byte, even dim low) as bf16 values code − z (exact: |code − z| <= 15),
+/// read like a bf16 row of a per-token-head cache (each key's scale on its score and its weight),
+/// so bf16 q takes the bf16 dot products.
+inline uint16_t small_int_bf16(int v) {  // exact for |v| < 256
+  const float f = float(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t(u >> 16);
+}
+inline void unpack_int4(const uint8_t* codes, int n, int z, uint16_t* dst) {
+  int i = 0;
+#if defined(__AVX512BW__)
+  // 32 bytes at a time, each zero-extended to a word: its low and its high nibble, plus 15 − z,
+  // index a table of the bf16 bits of −15 .. 16; the two words interleave into element order (low
+  // nibble = even dim).
+  static const struct Table {
+    alignas(64) uint16_t v[32];  // bf16 bits of c − 15
+    Table() {
+      for (int c = 0; c < 32; ++c) v[c] = small_int_bf16(c - 15);
+    }
+  } table;
+  const __m512i t = _mm512_load_si512(table.v), low = _mm512_set1_epi16(0x0F), shift = _mm512_set1_epi16(int16_t(15 - z));
+  static constexpr int16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static constexpr int16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i ilo = _mm512_loadu_si512(kLo), ihi = _mm512_loadu_si512(kHi);
+  for (; i + 32 <= n / 2; i += 32) {
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)));
+    const __m512i even = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(w, low), shift), t);
+    const __m512i odd = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_srli_epi16(w, 4), shift), t);
+    _mm512_storeu_si512(dst + 2 * i, _mm512_permutex2var_epi16(even, ilo, odd));
+    _mm512_storeu_si512(dst + 2 * i + 32, _mm512_permutex2var_epi16(even, ihi, odd));
+  }
+#endif
+  for (; i < n / 2; ++i) {
+    dst[2 * i] = small_int_bf16(int(codes[i] & 0xF) - z);
+    dst[2 * i + 1] = small_int_bf16(int(codes[i] >> 4) - z);
+  }
+}
+
 /// What run_rows sizes for `rows` rows (any RB <= 4 and vector width <= 16 floats).
 inline void reserve_scratch(int rows, int d, int dv) {
   ItemScratch& sc = item_scratch();
@@ -155,6 +197,8 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     float* dst = sc.qf.data() + int64_t(r) * ldq;
     for (int x = 0; x < d; ++x) dst[x] = load_as_float(a.q, a.q_dtype, e + x);
   }
+  if (a.int4)  // the cache holds rotated vectors: q·k = rotate(q)·y / d (folded into sscale)
+    for (int r = 0; r < rows; ++r) int4_head::rotate(sc.qf.data() + int64_t(r) * ldq, d);
   QTile qt{sc.qf.data(), nullptr, ldq};
   if constexpr (Qk::kNeedsBf16) {
     sc.qb.resize(sc.qf.size());
@@ -165,7 +209,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int32_t seq_len = a.seq_lens[s_idx];
   const int32_t first_pos = seq_len - (a.query_start_loc[s_idx + 1] - a.query_start_loc[s_idx]);
   const int32_t p0 = first_pos + it.q_begin, p1 = first_pos + it.q_end - 1;
-  const float sscale = a.scale * a.kv.k_scales[h] * (T == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  const float sscale = a.scale * a.kv.k_scales[h] * (T == KvType::e4m3 ? kE4m3Rebias : 1.0f) / (a.int4 ? float(d) : 1.0f);
   const float cap = a.soft_cap;
   const int32_t* bt = a.block_table + int64_t(s_idx) * a.max_blocks_per_seq;
   const char* base = static_cast<const char*>(a.kv.base);
@@ -177,18 +221,22 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   float* obuf = sc.o.data();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t row_bytes = int64_t(d) * eb, vrow_bytes = int64_t(dv) * eb;
+  // Cache bytes per element and per row (int4: bytes of two codes; its rows are unpacked to bf16).
+  const int64_t ceb = a.int4 ? 1 : eb;
+  const int64_t stored_row = a.int4 ? d / 2 : row_bytes, stored_vrow = a.int4 ? dv / 2 : vrow_bytes;
   auto prefetch_rows = [&](int32_t k0, int32_t k1) {  // software prefetch of keys [k0, k1)
     for (int32_t key = k0; key < k1; ++key) {
       const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
-      const char* kr = base + e * eb;
-      const char* vr = base + (e + a.kv.v_offset) * eb;
-      for (int64_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(kr + x);
-      for (int64_t x = 0; x < vrow_bytes; x += 64) __builtin_prefetch(vr + x);
+      const char* kr = base + e * ceb;
+      const char* vr = base + (e + a.kv.v_offset) * ceb;
+      for (int64_t x = 0; x < stored_row; x += 64) __builtin_prefetch(kr + x);
+      for (int64_t x = 0; x < stored_vrow; x += 64) __builtin_prefetch(vr + x);
     }
   };
 
-  // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows.
-  const bool gather = a.kv.layout == KVLayout::HND_PAIRS;
+  // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows; int4
+  // caches are unpacked into bf16 rows of code − zero point (kv_type bf16 for them).
+  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
@@ -201,6 +249,17 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
         const int64_t ti = token_scale_index(a.kv, bt[key / bs], key % bs, h);
         kts[j] = a.kv.k_token_scales[ti], vts[j] = a.kv.v_token_scales[ti];
       }
+      if constexpr (T == KvType::bf16)
+        if (a.int4) {
+          char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
+          const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
+          const auto* codes = reinterpret_cast<const uint8_t*>(base);
+          unpack_int4(codes + e, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
+          unpack_int4(codes + e + a.kv.v_offset, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
+          kts[j] = int4_head::scale_of(kts[j]), vts[j] = int4_head::scale_of(vts[j]);
+          kp[j] = kr, vp[j] = kr + row_bytes;
+          continue;
+        }
       if (gather) {
         char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
         gather_kv_vector(a.kv, bt[key / bs], key % bs, h, false, d, kr);
@@ -301,6 +360,8 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     }
   }
 
+  if (a.int4)  // outputs over rotated V rows, rotated back (linear: before the normalization and merges)
+    for (int r = 0; r < rows; ++r) int4_head::unrotate(obuf + int64_t(r) * ldo, dv);
   if (it.partial >= 0) {
     float* po = partials + it.partial;
     for (int r = 0; r < rows; ++r) std::copy(obuf + int64_t(r) * ldo, obuf + int64_t(r) * ldo + dv, po + int64_t(r) * dv);

@@ -85,6 +85,14 @@ class ReferenceImpl final : public AttentionImpl {
           const int64_t ts = kv.k_token_scales ? token_scale_index(kv, b, bt, kh) : 0;
           const float ks = kv.k_token_scales ? kv.k_token_scales[ts] : kv.k_scales[kh];
           const float vs = kv.v_token_scales ? kv.v_token_scales[ts] : kv.v_scales[kh];
+          if (kv.int4) {  // packed codes of rotated vectors: dequantized, then rotated back
+            float* k = K + std::size_t(t) * d;
+            float* v = V + std::size_t(t) * dv;
+            int4_head::dequantize(reinterpret_cast<const uint8_t*>(base + kv_element_offset(kv, b, bt, kh, 0, false)), ks, d, k);
+            int4_head::dequantize(reinterpret_cast<const uint8_t*>(base + kv_element_offset(kv, b, bt, kh, 0, true)), vs, dv, v);
+            int4_head::unrotate(k, d), int4_head::unrotate(v, dv);
+            continue;
+          }
           for (int i = 0; i < d; ++i)
             K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, false)) * ks;
           for (int i = 0; i < dv; ++i)
@@ -150,6 +158,7 @@ BackendDescriptor reference_descriptor() {
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
+  c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
