@@ -80,20 +80,54 @@ constexpr int kMaxCode = 15;
 /// vLLM's RHT signs: torch.bernoulli(0.5) on a CPU generator seeded 0x9E3779B9, i.e. mt19937
 /// words whose 24-bit fraction is below 0.5 give +1. Element i is the same for every n > i.
 float rht_sign(int32_t i);
-/// x = H·x in place (n a power of two), the butterfly order of vLLM's CPU transform.
-void hadamard(float* x, int32_t n);
+/// x = H·x in place (n a power of two), the butterfly order of vLLM's CPU transform (float:
+/// the format's; double: the tests' fp64 oracles).
+template <class T>
+void hadamard(T* x, int32_t n) {
+  for (int32_t h = 1; h < n; h <<= 1)
+    for (int32_t i = 0; i < n; i += 2 * h)
+      for (int32_t j = i; j < i + h; ++j) {
+        const T a = x[j], b = x[j + h];
+        x[j] = a + b, x[j + h] = a - b;
+      }
+}
 /// x = H·(D·x): what write_kv stores (before rounding) and what q becomes.
 void rotate(float* x, int32_t n);
 /// x = D·(H·x) / n: the inverse of rotate.
 void unrotate(float* x, int32_t n);
+/// The query the format attends with: rotate, then each value rounded to the query's dtype (vLLM's
+/// single_rht(q.float()).to(q.dtype); float32 stays as rotated). Every reader applies it.
+void rotate_query(float* q, int32_t n, DType q_dtype);
 /// Quantizes a rotated vector: packed codes to `codes` (n / 2 bytes); returns the stored scale
 /// (zero point in its low bits). A NaN or infinity gives a NaN scale and zero codes (counted).
 float quantize(const float* rotated, int32_t n, uint8_t* codes, int64_t* nonfinite);
 /// The stored scale's two parts.
-float scale_of(float stored);
-int zero_point(float stored);
+inline float scale_of(float stored) {
+  uint32_t u;
+  std::memcpy(&u, &stored, 4);
+  u &= ~uint32_t(0xF);
+  float s;
+  std::memcpy(&s, &u, 4);
+  return s;
+}
+inline int zero_point(float stored) {
+  uint32_t u;
+  std::memcpy(&u, &stored, 4);
+  return int(u & 0xF);
+}
 /// The rotated values a stored vector holds: (code − z) · scale.
 void dequantize(const uint8_t* codes, float stored_scale, int32_t n, float* rotated);
+}  // namespace int4_head
+
+struct PagedKV;
+namespace int4_head {
+/// The n / 2 code bytes of one stored K (is_v false) or V vector of n values (slot t of block b, KV
+/// head h), in vLLM's order (byte j: dims 2j, 2j + 1), from NHD / HND rows or from HND_PAIRS runs,
+/// where K byte j of key t sits at j · block_size + t and V dims x of keys 2u, 2u + 1 share byte
+/// u · 2w + x (w the entry width; key 2u in the low nibble).
+void load_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, uint8_t* codes);
+/// Writes them there (HND_PAIRS V: only this key's nibbles change).
+void store_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, const uint8_t* codes);
 }  // namespace int4_head
 
 struct KVCacheSpec {
@@ -169,12 +203,12 @@ inline int64_t kv_element_offset(const PagedKV& v, int64_t b, int64_t t, int64_t
 }
 
 /// Copies the stored bytes of one K or V vector (n values, its storage dtype) to `dst` as a
-/// contiguous row: row readers serve HND_PAIRS caches through it.
+/// contiguous row: row readers serve HND_PAIRS caches through it (int4: its n / 2 code bytes).
 inline void gather_kv_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, void* dst) {
   const std::size_t es = dtype_size(v.dtype);
   const char* base = static_cast<const char*>(v.base);
   char* out = static_cast<char*>(dst);
-  if (v.int4) n /= 2;  // packed codes: n / 2 bytes (int4 caches are never HND_PAIRS)
+  if (v.int4) return int4_head::load_vector(v, b, t, h, is_v, n, static_cast<uint8_t*>(dst));
   if (v.layout != KVLayout::HND_PAIRS) {
     std::memcpy(out, base + kv_element_offset(v, b, t, h, 0, is_v) * int64_t(es), std::size_t(n) * es);
     return;

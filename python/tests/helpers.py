@@ -154,6 +154,15 @@ def int4_quantized(x: np.ndarray, dtype: str):
     return walsh_hadamard(held) * signs / n, packed, stored
 
 
+def int4_query(q: np.ndarray, dtype: str) -> np.ndarray:
+    """The query an int4 cache's attention sees (vLLM's single_rht(q.float()).to(q.dtype)): rotated in
+    fp32, rounded to `dtype`, rotated back in float64."""
+    n = q.shape[-1]
+    signs = rht_signs(n)
+    y = rounded(walsh_hadamard(np.asarray(q, np.float32) * signs), dtype)
+    return walsh_hadamard(y) * signs / n
+
+
 def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, query_lens, *, block_size=None,
                kv_scale=None, spare_blocks=3, poison=True) -> Batch:
     """Random q/k/v for sequences with `context_lens` cached tokens and `query_lens` new ones.
@@ -202,6 +211,7 @@ def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, qu
     batch.q_ref = q.astype(np.float64)
     # The cache converts from the I/O dtype, so the reference rounds twice like the data did.
     if cache.kv_cache_dtype == "int4_per_token_head":
+        batch.q_ref = int4_query(q.astype(np.float32), cfg.dtype)
         batch.k_ref = [int4_quantized(rounded(k, cfg.dtype), cfg.dtype)[0] for k in k_all]
         batch.v_ref = [int4_quantized(rounded(v, cfg.dtype), cfg.dtype)[0] for v in v_all]
         return batch

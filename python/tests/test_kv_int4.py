@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import assert_close, int4_quantized, rounded
+from helpers import assert_close, int4_quantized, int4_query, rounded
 
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it): vLLM's RHT signs come from it")
 
@@ -74,8 +74,7 @@ def test_engine_owned_uint8_codes_and_scales_are_used_in_place():
     cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16", kv_cache_dtype=KV)
     layer = attn.Attention(cfg)
     blocks, bs = 5, layer.block_size
-    assert layer.kv_cache_layout in ("NHD", "HND")
-    shape = layer.kv_cache_shape(blocks)
+    shape = layer.kv_cache_shape(blocks)  # HND_PAIRS where cpu_flash's decode kernel reads them (attn's byte order)
     assert shape[-1] == 32
     codes = torch.zeros(shape, dtype=torch.uint8)
     ks = torch.zeros((blocks, bs, 2), dtype=torch.float32)
@@ -96,7 +95,7 @@ def test_engine_owned_uint8_codes_and_scales_are_used_in_place():
     q = torch.from_numpy(rng.standard_normal((40, 8, 64)).astype(np.float32)).to(torch.bfloat16)
     out = layer.forward(q, cache, md)
     from helpers import reference_attention
-    want = reference_attention(q.float().numpy().astype(np.float64), [held_k], [held_v], query_lens=[40], seq_lens=[40],
+    want = reference_attention(int4_query(q.float().numpy(), "bfloat16"), [held_k], [held_v], query_lens=[40], seq_lens=[40],
                                scale=layer.scale)
     assert_close(out.float().numpy().astype(np.float64), want, "bfloat16", "int8", "cpu_flash over torch uint8 codes")
 

@@ -124,15 +124,6 @@ float round_half_away(float x) { return float(int32_t(x >= 0 ? x + 0.5f : x - 0.
 
 float rht_sign(int32_t i) { return signs().v[i]; }
 
-void hadamard(float* x, int32_t n) {
-  for (int32_t h = 1; h < n; h <<= 1)
-    for (int32_t i = 0; i < n; i += 2 * h)
-      for (int32_t j = i; j < i + h; ++j) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b, x[j + h] = a - b;
-      }
-}
-
 void rotate(float* x, int32_t n) {
   const float* s = signs().v;
   for (int32_t i = 0; i < n; ++i) x[i] *= s[i];
@@ -146,19 +137,14 @@ void unrotate(float* x, int32_t n) {
   for (int32_t i = 0; i < n; ++i) x[i] = x[i] * s[i] * inv;
 }
 
-float scale_of(float stored) {
-  uint32_t u;
-  std::memcpy(&u, &stored, 4);
-  u &= ~uint32_t(0xF);
-  float s;
-  std::memcpy(&s, &u, 4);
-  return s;
-}
-
-int zero_point(float stored) {
-  uint32_t u;
-  std::memcpy(&u, &stored, 4);
-  return int(u & 0xF);
+void rotate_query(float* q, int32_t n, DType q_dtype) {
+  rotate(q, n);
+  if (q_dtype == DType::float32) return;
+  for (int32_t i = 0; i < n; ++i) {
+    char r[4];
+    store_from_float(r, q_dtype, 0, q[i]);
+    q[i] = load_as_float(r, q_dtype, 0);
+  }
 }
 
 float quantize(const float* y, int32_t n, uint8_t* codes, int64_t* nonfinite) {
@@ -195,6 +181,43 @@ void dequantize(const uint8_t* codes, float stored, int32_t n, float* y) {
   }
 }
 
+void load_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, uint8_t* codes) {
+  const auto* base = static_cast<const uint8_t*>(v.base);
+  if (v.layout != KVLayout::HND_PAIRS) {
+    std::memcpy(codes, base + kv_element_offset(v, b, t, h, 0, is_v), std::size_t(n / 2));
+    return;
+  }
+  const uint8_t* run = base + b * v.block_stride + h * v.head_stride + (is_v ? v.v_offset : 0);
+  if (!is_v) {
+    for (int32_t j = 0; j < n / 2; ++j) codes[j] = run[int64_t(j) * v.block_size + t];
+    return;
+  }
+  const uint8_t* pair = run + (t >> 1) * 2 * v.token_stride;
+  const int shift = int(t & 1) * 4;
+  for (int32_t j = 0; j < n / 2; ++j)
+    codes[j] = uint8_t(((pair[2 * j] >> shift) & 0xF) | (((pair[2 * j + 1] >> shift) & 0xF) << 4));
+}
+
+void store_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, const uint8_t* codes) {
+  auto* base = static_cast<uint8_t*>(v.base);
+  if (v.layout != KVLayout::HND_PAIRS) {
+    std::memcpy(base + kv_element_offset(v, b, t, h, 0, is_v), codes, std::size_t(n / 2));
+    return;
+  }
+  uint8_t* run = base + b * v.block_stride + h * v.head_stride + (is_v ? v.v_offset : 0);
+  if (!is_v) {
+    for (int32_t j = 0; j < n / 2; ++j) run[int64_t(j) * v.block_size + t] = codes[j];
+    return;
+  }
+  uint8_t* pair = run + (t >> 1) * 2 * v.token_stride;
+  const int shift = int(t & 1) * 4;
+  const uint8_t keep = uint8_t(0xF0 >> shift);  // the other key's nibble
+  for (int32_t j = 0; j < n / 2; ++j) {
+    pair[2 * j] = uint8_t((pair[2 * j] & keep) | ((codes[j] & 0xF) << shift));
+    pair[2 * j + 1] = uint8_t((pair[2 * j + 1] & keep) | ((codes[j] >> 4) << shift));
+  }
+}
+
 }  // namespace int4_head
 
 std::string_view to_string(KVLayout l) {
@@ -224,11 +247,7 @@ constexpr SizeNeed kPairSizeNeeds[] = {
 
 /// The first size need of `s`'s layout that `s` misses; null when its sizes fit.
 const SizeNeed* unmet_size_need(const KVCacheSpec& s) {
-  // int4 codes come two per byte, which the pair order (one code per element) does not hold.
-  static constexpr SizeNeed kInt4Pairs{"layout", [](const KVCacheSpec&) { return 0; }, 1,
-                                       "NHD or HND for kv_cache_dtype int4_per_token_head (HND_PAIRS holds one code per byte)"};
   if (s.layout != KVLayout::HND_PAIRS) return nullptr;
-  if (s.int4()) return &kInt4Pairs;
   for (const SizeNeed& n : kPairSizeNeeds)
     if (n.value(s) % n.multiple != 0) return &n;
   return nullptr;
@@ -288,10 +307,7 @@ void KVCacheSpec::validate() const {
     require(pow2(head_size), "head_size", head_size, "a power of two" + what);
     require(pow2(v_width()), "head_size_v", v_width(), "a power of two" + what);
   }
-  if (const SizeNeed* n = unmet_size_need(*this)) {
-    if (n->multiple == 1) fail_check(n->argument, attn::to_string(layout), n->expected);
-    fail_check(n->argument, n->value(*this), n->expected);
-  }
+  if (const SizeNeed* n = unmet_size_need(*this)) fail_check(n->argument, n->value(*this), n->expected);
 }
 
 int64_t KVCacheSpec::bytes() const {
@@ -540,7 +556,8 @@ void KVCache::store(const TensorView& k, const TensorView& v, const BatchMetadat
   // Work items: chunks of kChunk tokens (whole 16-token K lines) x KV heads; inside a chunk, runs
   // of consecutive slots in one block go to the store routine at once. Slots are distinct
   // (BatchMetadata::validate), so items never write the same bytes.
-  constexpr int64_t kChunk = 64;
+  // int4 HND_PAIRS V bytes hold two keys' codes: one item per KV head writes all of them.
+  const int64_t kChunk = pv.int4 && pv.layout == KVLayout::HND_PAIRS ? std::max<int64_t>(n, 1) : 64;
   const int32_t heads = spec_.num_kv_heads, hs = spec_.head_size, hv = spec_.v_width();
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int64_t bytes = n * heads * (hs + (mla ? 0 : hv)) * int64_t(dtype_size(spec_.dtype));
@@ -618,7 +635,11 @@ void KVCache::fill(float value) {
     const float stored = spec_.int4() ? int4_head::scale_of(value) : value;
     std::fill(k_token_scales_, k_token_scales_ + per, stored);
     std::fill(v_token_scales_, v_token_scales_ + per, stored);
-    if (spec_.int4()) {
+    if (spec_.int4()) {  // every nibble 1, in any layout
+      if (!strided()) {
+        std::memset(data(), 0x11, bytes());
+        return;
+      }
       const PagedKV pv = view();
       for (bool is_v : {false, true})
         for (int32_t b = 0; b < spec_.num_blocks; ++b)

@@ -180,7 +180,7 @@ int64_t quantize_row(const char* src, DType sd, char* dst, DType dd, int32_t n, 
 // int4_per_token_head: one vector rotated in fp32 and rounded back to the written dtype (vLLM's
 // single_rht(x.float()).to(x.dtype)), then quantized into n / 2 bytes with its scale and zero
 // point. A vector holding a NaN or an infinity is counted before the rotation spreads it.
-int64_t quantize_int4_row(const char* src, DType sd, char* dst, int32_t n, float* scale) {
+int64_t quantize_int4_row(const char* src, DType sd, uint8_t* dst, int32_t n, float* scale) {
   alignas(64) float y[limits::kMaxHeadSize];
   int64_t bad = 0;
   for (int32_t i = 0; i < n; ++i) bad += !std::isfinite(y[i] = load_as_float(src, sd, i));
@@ -194,7 +194,7 @@ int64_t quantize_int4_row(const char* src, DType sd, char* dst, int32_t n, float
     char rounded[2];
     for (int32_t i = 0; i < n; ++i) store_from_float(rounded, sd, 0, y[i]), y[i] = load_as_float(rounded, sd, 0);
   }
-  *scale = int4_head::quantize(y, n, reinterpret_cast<uint8_t*>(dst), &bad);
+  *scale = int4_head::quantize(y, n, dst, &bad);
   return bad;
 }
 
@@ -393,17 +393,19 @@ int64_t store_pairs(const PagedKV& pv, const RowSource& src, int64_t block, int3
 int64_t ATTN_STORE_RUN_NAME(const PagedKV& pv, const RowSource& src, int64_t block, int32_t offset, int32_t count,
                             int32_t head, bool is_v, int32_t n, float inv_scale, bool stream) {
   int64_t bad = 0;
+  if (pv.int4) {  // quantized a vector at a time, then placed in the cache's layout
+    uint8_t codes[limits::kMaxHeadSize / 2];
+    for (int32_t i = 0; i < count; ++i) {
+      bad += quantize_int4_row(src.data + i * src.stride, src.dtype, codes, n, token_scale_slot(pv, is_v, block, offset + i, head));
+      int4_head::store_vector(pv, block, offset + i, head, is_v, n, codes);
+    }
+    return bad;
+  }
   if (pv.layout == KVLayout::HND_PAIRS) {
     bad = store_pairs(pv, src, block, offset, count, head, is_v, n, inv_scale, stream);
   } else {
     const std::size_t es = dtype_size(pv.dtype);
     char* base = static_cast<char*>(pv.base);
-    if (pv.int4) {
-      for (int32_t i = 0; i < count; ++i)
-        bad += quantize_int4_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v),
-                                 n, token_scale_slot(pv, is_v, block, offset + i, head));
-      return bad;
-    }
     for (int32_t i = 0; i < count; ++i)
       bad += write_row(src.data + i * src.stride, src.dtype, base + kv_element_offset(pv, block, offset + i, head, 0, is_v) * int64_t(es),
                        pv.dtype, n, inv_scale, token_scale_slot(pv, is_v, block, offset + i, head), stream);

@@ -91,6 +91,15 @@ std::vector<double> reference_attention(const Case& c, const Fault& fault) {
   std::vector<float> slopes = c.params.alibi_slopes;
   if (cfg.use_alibi && slopes.empty()) slopes = alibi_slopes(H);
   std::vector<double> out(std::size_t(c.md.num_tokens) * H * Dv, 0.0);
+  // q as the attention sees it (int4 caches: rotated and rounded like the format says, back in fp64).
+  std::vector<double> qv(std::size_t(c.md.num_tokens) * H * D);
+  for (int64_t r = 0; r < int64_t(c.md.num_tokens) * H; ++r) {
+    if (cfg.kv_cache_dtype == KVCacheDType::int4_per_token_head) {
+      int4_query_fp64(c.q.data(), c.q.dtype(), r * D, D, &qv[std::size_t(r) * D]);
+      continue;
+    }
+    for (int x = 0; x < D; ++x) qv[std::size_t(r) * D + x] = load_as_float(c.q.data(), c.q.dtype(), r * D + x);
+  }
   for (int s = 0; s < c.md.num_seqs; ++s) {
     const int len = c.md.seq_lens[s], ql = c.md.query_len(s), q0 = c.md.query_start_loc[s];
     const auto& K = c.dense_k[std::size_t(s)];
@@ -109,8 +118,7 @@ std::vector<double> reference_attention(const Case& c, const Fault& fault) {
           if (window > 0 && t <= qpos - window) continue;
           double dot = 0;
           for (int x = 0; x < D; ++x)
-            dot += double(load_as_float(c.q.data(), c.q.dtype(), (int64_t(q0 + i) * H + h) * D + x)) *
-                   K[(std::size_t(t) * Hkv + kh) * D + x];
+            dot += qv[(std::size_t(q0 + i) * H + h) * D + x] * K[(std::size_t(t) * Hkv + kh) * D + x];
           double sc = dot * scale;
           if (cfg.logits_soft_cap > 0) sc = cfg.logits_soft_cap * std::tanh(sc / cfg.logits_soft_cap);
           if (cfg.use_alibi) sc += double(slopes[std::size_t(h)]) * double(t - qpos);

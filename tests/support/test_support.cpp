@@ -85,6 +85,20 @@ void plant_keys(std::mt19937_64& rng, const Planting& p, Buffer& k, int first, i
 
 }  // namespace
 
+void unrotate_fp64(double* y, int n) {
+  int4_head::hadamard(y, n);
+  for (int x = 0; x < n; ++x) y[x] = y[x] * int4_head::rht_sign(x) / n;
+}
+
+void int4_query_fp64(const void* q, DType io, int64_t offset, int n, double* dst) {
+  std::vector<float> r(static_cast<std::size_t>(n));
+  for (int x = 0; x < n; ++x) r[std::size_t(x)] = load_as_float(q, io, offset + x);
+  int4_head::rotate(r.data(), n);  // the format's rounding done here, not by the library's rotate_query
+  for (int x = 0; x < n; ++x) dst[x] = round_to(r[std::size_t(x)], io);
+  unrotate_fp64(dst, n);
+}
+
+
 Case make_case(const CaseSpec& spec, const std::string& backend) {
   const LayerConfig& cfg = spec.config;
   if (cfg.use_mla) throw Error("make_case: MLA layers use the MLA oracle (tests/support/mla_reference)");
@@ -193,14 +207,8 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
         for (float& y : row) y = float(round_to(y, io));
         const float sc = int4_head::quantize(row.data(), n, codes.data(), nullptr);
         int4_head::dequantize(codes.data(), sc, n, row.data());
-        std::vector<double> y(row.begin(), row.end());
-        for (int h = 1; h < n; h <<= 1)
-          for (int i = 0; i < n; i += 2 * h)
-            for (int j = i; j < i + h; ++j) {
-              const double a = y[std::size_t(j)], b = y[std::size_t(j + h)];
-              y[std::size_t(j)] = a + b, y[std::size_t(j + h)] = a - b;
-            }
-        for (int x = 0; x < n; ++x) dst[x] = y[std::size_t(x)] * int4_head::rht_sign(x) / n;
+        for (int x = 0; x < n; ++x) dst[x] = row[std::size_t(x)];
+        unrotate_fp64(dst, n);
         return;
       }
       const float sc = token_head::quantize(row.data(), n, cs.dtype, codes.data(), nullptr);

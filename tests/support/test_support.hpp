@@ -78,6 +78,12 @@ void run_forward(Case& c);
 /// fp64 dense attention over the case ([num_tokens, num_heads, head_size_v], row-major).
 /// `fault` plants a known kernel bug in it (support/planted_faults.hpp); none by default.
 struct Fault;
+/// int4_per_token_head's inverse rotation in fp64 (x = D·H·y / n, see int4_head).
+void unrotate_fp64(double* y, int n);
+/// The query an int4 cache's attention sees, back in the model's space: rotated in fp32, rounded
+/// to the I/O dtype (vLLM's single_rht(q.float()).to(q.dtype)), rotated back in fp64.
+void int4_query_fp64(const void* q, DType io, int64_t offset, int n, double* dst);
+
 std::vector<double> reference_attention(const Case& c);
 std::vector<double> reference_attention(const Case& c, const Fault& fault);
 

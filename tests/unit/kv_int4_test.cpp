@@ -90,8 +90,8 @@ TEST(Int4Head, SpecHalvesTheRowAndRefusesWhatTheFormatCannotHold) {
   EXPECT_EQ(s.shape(), (std::vector<int64_t>{3, 2, 16, 2, 32}));
   EXPECT_EQ(s.bytes(), 3 * 2 * 16 * 2 * 32);
   EXPECT_EQ(s.token_scale_bytes(), 2 * 3 * 16 * 2 * 4);
-  EXPECT_FALSE(layout_fits_sizes(int4_spec(KVLayout::HND_PAIRS)));
-  EXPECT_TRUE(throws_error([] { KVCache c(int4_spec(KVLayout::HND_PAIRS)); }, {"layout=HND_PAIRS", "NHD or HND for kv_cache_dtype int4_per_token_head"}));
+  EXPECT_TRUE(layout_fits_sizes(int4_spec(KVLayout::HND_PAIRS)));  // K bytes per dim pair, V bytes per key pair
+  EXPECT_EQ(int4_spec(KVLayout::HND_PAIRS).shape(), (std::vector<int64_t>{3, 2, 2, 16, 32}));
   EXPECT_TRUE(throws_error([] { KVCache c(int4_spec(KVLayout::HND, 96)); }, {"head_size=96", "a power of two"}));
   KVCacheSpec bytes = int4_spec();
   bytes.dtype = DType::fp8_e4m3;
@@ -99,9 +99,10 @@ TEST(Int4Head, SpecHalvesTheRowAndRefusesWhatTheFormatCannotHold) {
 }
 
 // write_kv stores what rotate → round to the written dtype → quantize gives, in every layout it
-// takes, for every written dtype; what it holds reads back close to what was written.
+// takes (HND_PAIRS: V bytes shared by two keys, written by one token each), for every written
+// dtype; what it holds reads back close to what was written.
 TEST(Int4Head, WriteStoresTheRotatedQuantizedVectors) {
-  for (KVLayout layout : {KVLayout::NHD, KVLayout::HND})
+  for (KVLayout layout : {KVLayout::NHD, KVLayout::HND, KVLayout::HND_PAIRS})
     for (DType io : {DType::float32, DType::float16, DType::bfloat16}) {
       const KVCacheSpec spec = int4_spec(layout, 128);
       KVCache cache(spec);
@@ -129,7 +130,9 @@ TEST(Int4Head, WriteStoresTheRotatedQuantizedVectors) {
             std::vector<uint8_t> want(static_cast<std::size_t>(d / 2));
             const float want_scale = int4_head::quantize(y.data(), d, want.data(), nullptr);
             const int64_t slot = 14 + t, blk = md.slot_mapping[std::size_t(t)] / spec.block_size, off = slot % spec.block_size;
-            const auto* got = static_cast<const uint8_t*>(pv.base) + kv_element_offset(pv, blk, off, h, 0, is_v);
+            std::vector<uint8_t> got_codes(static_cast<std::size_t>(d / 2));
+            int4_head::load_vector(pv, blk, off, h, is_v, d, got_codes.data());
+            const uint8_t* got = got_codes.data();
             const float got_scale = (is_v ? pv.v_token_scales : pv.k_token_scales)[token_scale_index(pv, blk, off, h)];
             ASSERT_EQ(std::memcmp(got, want.data(), want.size()), 0) << to_string(layout) << " " << to_string(io) << " t" << t << " h" << h << " v" << is_v;
             ASSERT_EQ(std::memcmp(&got_scale, &want_scale, 4), 0);
@@ -141,6 +144,29 @@ TEST(Int4Head, WriteStoresTheRotatedQuantizedVectors) {
             EXPECT_LT(std::sqrt(err / norm), 0.2) << "a 4-bit vector reads back within its quantization error";
           }
     }
+}
+
+// HND_PAIRS placement: K byte j of key t at j · block_size + t, V dims of keys 2u, 2u + 1 in the
+// low and high nibbles of one byte; writing one key leaves its pair partner's nibbles alone.
+TEST(Int4Head, PairLayoutPlacesEachKeysCodes) {
+  const KVCacheSpec spec = int4_spec(KVLayout::HND_PAIRS, 16);
+  KVCache cache(spec);
+  const PagedKV pv = cache.view();
+  std::vector<uint8_t> a(8), b(8), got(8);
+  for (int j = 0; j < 8; ++j) a[std::size_t(j)] = uint8_t(0x21 + j), b[std::size_t(j)] = uint8_t(0xA5 ^ j);
+  for (bool is_v : {false, true}) {
+    int4_head::store_vector(pv, 1, 6, 1, is_v, 16, a.data());
+    int4_head::store_vector(pv, 1, 7, 1, is_v, 16, b.data());
+    int4_head::load_vector(pv, 1, 6, 1, is_v, 16, got.data());
+    EXPECT_EQ(got, a) << is_v;
+    int4_head::load_vector(pv, 1, 7, 1, is_v, 16, got.data());
+    EXPECT_EQ(got, b) << is_v;
+  }
+  const auto* run = static_cast<const uint8_t*>(pv.base) + pv.block_stride + pv.head_stride;
+  EXPECT_EQ(run[3 * 16 + 6], a[3]);  // K: dim pair 3 of key 6
+  const uint8_t* v = run + pv.v_offset + 3 * 2 * pv.token_stride;  // V: keys 6 and 7
+  EXPECT_EQ(v[4], uint8_t((a[2] & 0xF) | ((b[2] & 0xF) << 4)));  // dim 4: low nibbles of byte 2
+  EXPECT_EQ(v[5], uint8_t((a[2] >> 4) | (b[2] & 0xF0)));         // dim 5: high nibbles
 }
 
 }  // namespace

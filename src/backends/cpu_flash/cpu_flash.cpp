@@ -83,7 +83,7 @@ class CpuFlashImpl final : public AttentionImpl {
     float* partials = reinterpret_cast<float*>(ws);
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
-    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr);
+    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr, a.int4);
     const int threads = cpu::team_size(params_.num_threads);
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
@@ -147,7 +147,7 @@ BackendDescriptor cpu_flash_descriptor() {
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);  // general kernel, in the rotated space
+  c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);  // in the rotated space (power-of-two heads)
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
@@ -158,8 +158,8 @@ BackendDescriptor cpu_flash_descriptor() {
   c.attn_types = {AttnType::decoder, AttnType::encoder, AttnType::encoder_only, AttnType::encoder_decoder};
   d.priority = 10;
   // Head-major blocks, each (block, KV head) one contiguous run of K and one of V, ordered in
-  // pairs for the pair kernels' bf16 dot products: bf16 q on bf16, fp8 or int8 storage (fp8 and
-  // int8 codes widen exactly to bf16; per-token-head scales apply to scores and weights). The pair kernels need AVX-512 BF16; elsewhere (AVX2) the general kernel
+  // pairs for the pair kernels' bf16 dot products: bf16 q on bf16, fp8 or int8 storage (fp8,
+  // int8 and int4 codes widen exactly to bf16; per-token-head scales apply to scores and weights). The pair kernels need AVX-512 BF16; elsewhere (AVX2) the general kernel
   // would gather every pair back into rows (3-4 % of DRAM speed), so those caches keep HND rows,
   // as do other dtypes and sizes the pairs do not fit. NHD and HND caches an engine brings are
   // served as well.

@@ -14,10 +14,13 @@ ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
     case KvType::e4m3: return &run_item<KvType::e4m3, false>;
     case KvType::e5m2: return &run_item<KvType::e5m2, false>;
     case KvType::i8: return nullptr;  // per-token-head: the pair kernel (VBMI builds) or the general one
+    case KvType::i4: return nullptr;  // pair caches only (decode_kernel_avx512_int4_pairs)
   }
   return nullptr;
 }
 
 ItemFn decode_kernel_avx512_pairs() { return &avx512_decode::run_item<KvType::bf16, true, true>; }
+
+ItemFn decode_kernel_avx512_int4_pairs() { return &avx512_decode::run_item<KvType::i4, true, true, true>; }
 
 }  // namespace attn::cpu_flash

@@ -24,6 +24,8 @@ ItemFn decode_kernel_avx512_pairs();
 ItemFn decode_kernel_avx512_fp8_pairs(KvType kv);
 /// AVX-512 BF16 + VBMI decode kernel for HND_PAIRS per-token-head caches (e4m3, int8) and bf16 q.
 ItemFn decode_kernel_avx512_token_pairs(KvType kv);
+/// AVX-512 BF16 decode kernel for HND_PAIRS int4_per_token_head caches and bf16 q.
+ItemFn decode_kernel_avx512_int4_pairs();
 #endif
 
 }  // namespace attn::cpu_flash

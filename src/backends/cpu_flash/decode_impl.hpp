@@ -52,10 +52,15 @@ inline void prefetch_l2(const char* p, int64_t bytes) {
 /// sums take P unscaled).
 template <KvType T, bool Bf16Dot, int RB, bool Pairs = false, bool Token = false>
 void run(const KernelArgs& a, const WorkItem& it, float* partials) {
-  static_assert(!Pairs || (Bf16Dot && (T == KvType::bf16 || (ATTN_CF_VBMI && (T == KvType::e4m3 || T == KvType::e5m2 || T == KvType::i8)))),
-                "the pair kernel reads bf16 caches (and fp8 / int8 ones on VBMI builds) with bf16 q");
+  static_assert(!Pairs || (Bf16Dot && (T == KvType::bf16 || T == KvType::i4 || (ATTN_CF_VBMI && (T == KvType::e4m3 || T == KvType::e5m2 || T == KvType::i8)))),
+                "the pair kernel reads bf16 and int4 caches (and fp8 / int8 ones on VBMI builds) with bf16 q");
   static_assert(!Token || Pairs, "per-token-head scales are read by the pair kernel");
-  static_assert(T != KvType::i8 || Token, "int8 codes come with per-token-head scales");
+  static_assert((T != KvType::i8 && T != KvType::i4) || Token, "int8 and int4 codes come with per-token-head scales");
+  static_assert(T != KvType::i4 || Pairs, "int4 rows are read by the general kernel");
+  // int4 (rotated vectors): q is rotated once per row and the output rotated back; the products
+  // see 1 + c/16 for each code c, so a score is A·(q·k' − Σq·B) with A = 16 · scale · softmax scale
+  // and B = 1 + z/16, and P·V takes Σ w'·(1 + z/16) back out of every dim, w' = 16 · P · V scale.
+  constexpr bool Int4 = T == KvType::i4;
   constexpr int KB = 16 / RB;
   constexpr int CH = Pairs ? kPairChunk : kChunk, NV = CH / 16;  // keys per online-softmax step
   // e4m3 rows with dot products (VBMI builds only): 4-row tiles widen K and V in registers
@@ -83,16 +88,17 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     const char* k = k_row(c);
     for (int j = j0; j < std::min(j1, n); ++j) prefetch_l2(k + j * tstride, row_bytes), prefetch_l2(k + j * tstride + v_off, row_bytes);
   };
-  // HND_PAIRS: K dim pairs 2·bs elements apart, V key pairs 2·w (w = token_stride, the width).
-  const int64_t kpair = 2 * int64_t(bs) * eb, vpair = 2 * a.kv.token_stride * eb;
+  // HND_PAIRS: K dim pairs 2·bs elements apart (int4: bs bytes), V key pairs 2·w (w = token_stride, the width).
+  constexpr int64_t key_bytes = pair_key_bytes<T>();
+  const int64_t kpair = int64_t(bs) * key_bytes, vpair = 2 * a.kv.token_stride * eb;
   auto pair_chunk = [&](int32_t c) -> PairChunk {
     if (c >= it.kv_end) return {};
     const char* run_k = base + (int64_t(bt[c / bs]) * a.kv.block_stride + int64_t(h) * a.kv.head_stride) * eb;
-    return pair_chunk_at(run_k, v_off, vpair, c, it.kv_end, bs, eb);
+    return pair_chunk_at(run_k, v_off, vpair, c, it.kv_end, bs, key_bytes);
   };
   if constexpr (Pairs) {
     const PairChunk f = pair_chunk(it.kv_begin - it.kv_begin % 16);
-    for (int dp = 0; dp < d / 2; ++dp) prefetch_l2(f.k + dp * kpair, f.n * 2 * eb);
+    for (int dp = 0; dp < d / 2; ++dp) prefetch_l2(f.k + dp * kpair, f.n * key_bytes);
     prefetch_l2(f.v, int64_t(f.n / 2) * vpair);
   } else {
     prefetch_chunk(it.kv_begin, 0, kChunk);
@@ -106,10 +112,12 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   for (int r = 0; r < rp; ++r) {
     const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
     alignas(64) float nat[kMaxHeadSizeDecode];
-    if (r < rows)
+    if (r < rows) {
       load_row(a.q, a.q_dtype, e, d, nat);
-    else
+      if constexpr (Int4) int4_head::rotate_query(nat, d, a.q_dtype);
+    } else {
       std::fill(nat, nat + d, 0.0f);
+    }
     for (int x = 0; x < d; x += kSlice) {
       if constexpr (fused) {  // q in the lane order the fused e4m3 widening gives K
         if (x % 64 == 0)
@@ -122,12 +130,17 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       }
     }
     sc.m[r] = kNegInf, sc.l[r] = _mm512_setzero_ps(), sc.alpha[r] = 1.0f;
+    if constexpr (Int4) {  // Σ of the bf16 q the products see
+      float sum = 0.0f;
+      for (int x = 0; x < d; ++x) sum += bf16_to_f32(sc.qb[r][x]);
+      sc.qsum[r] = sum;
+    }
   }
   for (int r = 0; r < rp; ++r) std::fill(sc.o[r], sc.o[r] + d, 0.0f);
 
   const int32_t qlen = a.query_start_loc[s_idx + 1] - a.query_start_loc[s_idx];
   const int32_t first_pos = a.seq_lens[s_idx] - qlen + it.q_begin;
-  const float sscale = a.scale * a.kv.k_scales[h] * (T == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  const float sscale = a.scale * a.kv.k_scales[h] * (T == KvType::e4m3 ? kE4m3Rebias : 1.0f) / (Int4 ? float(d) : 1.0f);
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
   for (int32_t c = Pairs ? it.kv_begin - it.kv_begin % 16 : it.kv_begin; c < it.kv_end;) {
@@ -146,8 +159,16 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int j = 0; j < kChunk + 16; ++j) kp[j] = kq + std::min(j, n - 1) * kqs;  // padding repeats a real row
     const int32_t next = c + n;
     // Token: this chunk's K scales (times the softmax scale) and V scales, one vector per 16 keys.
-    alignas(64) float kts[kPairChunk], vts[kPairChunk];
-    if constexpr (Token) {
+    alignas(64) float kts[kPairChunk], vts[kPairChunk], kzb[Int4 ? kPairChunk : 1], vzb[Int4 ? kPairChunk : 1];
+    if constexpr (Int4) {  // A = 16 · scale · sscale, B = 1 + z/16; V: 16 · scale and 1 + z/16
+      const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
+      for (int j = 0; j < n; ++j) {
+        const float ks = a.kv.k_token_scales[t0 + j * nkv], vs = a.kv.v_token_scales[t0 + j * nkv];
+        kts[j] = 16.0f * int4_head::scale_of(ks) * sscale, kzb[j] = 1.0f + float(int4_head::zero_point(ks)) / 16.0f;
+        vts[j] = 16.0f * int4_head::scale_of(vs), vzb[j] = 1.0f + float(int4_head::zero_point(vs)) / 16.0f;
+      }
+      for (int j = n; j < kPairChunk; ++j) kts[j] = vts[j] = kzb[j] = vzb[j] = 0.0f;  // lanes past the chunk: masked
+    } else if constexpr (Token) {
       const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
       for (int j = 0; j < n; ++j) kts[j] = a.kv.k_token_scales[t0 + j * nkv] * sscale, vts[j] = a.kv.v_token_scales[t0 + j * nkv];
       for (int j = n; j < kPairChunk; ++j) kts[j] = vts[j] = 0.0f;  // lanes past the chunk: masked
@@ -188,7 +209,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       __mmask16 nan = 0;  // a visible NaN score makes the row NaN (vmaxps would drop it)
       const float slope = a.alibi_slopes ? a.alibi_slopes[h * g + r % g] : 0.0f;
       for (int x = 0; x < CH; x += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_load_ps(&sc.s[r][x]), Token ? _mm512_load_ps(kts + x) : _mm512_set1_ps(sscale));
+        __m512 v = _mm512_load_ps(&sc.s[r][x]);
+        if constexpr (Int4) v = _mm512_fnmadd_ps(_mm512_set1_ps(sc.qsum[r]), _mm512_load_ps(kzb + x), v);  // q·k' − Σq·B
+        v = _mm512_mul_ps(v, Token ? _mm512_load_ps(kts + x) : _mm512_set1_ps(sscale));
         if (a.soft_cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
           const __m512 e = Simd::exp(_mm512_mul_ps(v, _mm512_set1_ps(2.0f / a.soft_cap)));
           v = _mm512_mul_ps(_mm512_set1_ps(a.soft_cap),
@@ -214,6 +237,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       const __mmask16 none = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
       _mm512_mask_storeu_ps(sc.alpha + r0, in, _mm512_mask_mov_ps(Simd::exp(_mm512_sub_ps(mo, mn)), none, _mm512_set1_ps(1.0f)));
     }
+    for (int r = 0; r < rp; ++r) sc.vcorr[r] = 0.0f;
     for (int r = 0; r < rows; ++r) {
       const float m_new = sc.m_new[r];
       if (m_new == kNegInf) {  // nothing visible yet in this row
@@ -234,7 +258,13 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
           const __mmask16 l0 = _mm512_cmp_ps_mask(j0, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j0, hi, _CMP_LT_OQ);
           const __mmask16 l1 = _mm512_cmp_ps_mask(j1, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j1, hi, _CMP_LT_OQ);
           const __m512 w0 = _mm512_maskz_mul_ps(l0, p0, _mm512_load_ps(vts + x)), w1 = _mm512_maskz_mul_ps(l1, p1, _mm512_load_ps(vts + x + 16));
-          _mm512_store_si512(&sc.pb[r][x], (__m512i)_mm512_cvtne2ps_pbh(w1, w0));
+          const __m512i wb = (__m512i)_mm512_cvtne2ps_pbh(w1, w0);
+          _mm512_store_si512(&sc.pb[r][x], wb);
+          if constexpr (Int4) {  // Σ w'·(1 + z/16) over the weights as P·V rounds them
+            const __m512 r0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(wb)), 16));
+            const __m512 r1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(wb, 1)), 16));
+            sc.vcorr[r] += _mm512_reduce_add_ps(_mm512_fmadd_ps(r1, _mm512_load_ps(vzb + x + 16), _mm512_mul_ps(r0, _mm512_load_ps(vzb + x))));
+          }
         } else if constexpr (Bf16Dot) {  // P·V reads P in bf16: sum the rounded values too
           const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
           _mm512_store_si512(&sc.pb[r][x], pb);
@@ -291,9 +321,10 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   for (int r = 0; r < rows; ++r) {
     // Fused e4m3 V: the slice positions are positions of lane-order rows (e4m3_lane_elem).
     auto nat = [&](int x, int pos) { return fused ? x / 64 * 64 + e4m3_lane_elem(x % 64 + pos) : x + pos; };
-    if constexpr (Pairs)  // pair P·V keeps natural order
+    if constexpr (Pairs) {  // pair P·V keeps natural order
       std::copy(sc.o[r], sc.o[r] + d, o);
-    else
+      if constexpr (Int4) int4_head::unrotate(o, d);  // linear: before the normalization and merges
+    } else
     for (int x = 0; x < d; x += kSlice)
       for (int i = 0; i < 16; ++i)
         o[nat(x, slice_elem<TK>(false, i))] = sc.o[r][x + i], o[nat(x, slice_elem<TK>(true, i))] = sc.o[r][x + 16 + i];

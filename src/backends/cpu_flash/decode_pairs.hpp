@@ -41,11 +41,15 @@ struct PairChunk {
 /// The chunk at key c (a multiple of 16) of a range ending at `end`, in the (block, KV head) run
 /// whose K starts at run_k (V v_off bytes further): kPairChunk keys, fewer at the block's or the range's
 /// end (rounded up to whole K lines).
-inline PairChunk pair_chunk_at(const char* run_k, int64_t v_off, int64_t vpair, int32_t c, int32_t end, int bs, int64_t eb) {
+inline PairChunk pair_chunk_at(const char* run_k, int64_t v_off, int64_t vpair, int32_t c, int32_t end, int bs, int64_t key_bytes) {
   const int32_t off = c % bs;
   const int n = std::min<int32_t>({kPairChunk, bs - off, (end - c + 15) / 16 * 16});
-  return {run_k + int64_t(off) * 2 * eb, run_k + v_off + int64_t(off / 2) * vpair, n};
+  return {run_k + int64_t(off) * key_bytes, run_k + v_off + int64_t(off / 2) * vpair, n};
 }
+
+/// Bytes one key takes in a K pair line (one dim pair): 2 values, or one byte of two int4 codes.
+template <KvType T>
+constexpr int64_t pair_key_bytes() { return T == KvType::i4 ? 1 : 2 * kv_bytes<T>(); }
 
 /// A pair line's bytes of the chunk as bf16 operand vectors: one vector per 16 keys (K) or per
 /// 16 dims (V). bf16: NL lines as they are; fp8 (VBMI builds): NL·32 bytes (64-byte lines, the
@@ -54,6 +58,8 @@ template <KvType T, int NL>
 inline void pair_lines(const char* p, __m512i* out) {
   if constexpr (T == KvType::bf16) {
     for (int l = 0; l < NL; ++l) out[l] = _mm512_loadu_si512(p + 64 * l);
+  } else if constexpr (T == KvType::i4) {  // 16 bytes per vector
+    for (int l = 0; l < NL; ++l) out[l] = int4x16_bf16_pairs(p + 16 * l);
   } else {
 #if ATTN_CF_VBMI
     const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : T == KvType::i8 ? kI8Table : kE5m2Table);
@@ -81,12 +87,11 @@ inline void pair_lines(const char* p, __m512i* out) {
 template <KvType T, int RB, int NL>
 inline void qk_pairs(Scratch& sc, int r0, const char* k, int64_t kpair, int d, const PairChunk& nx, int64_t nx_kpair, bool pf_v = true) {
   constexpr int NA = RB < 4 ? 2 : 1;
-  constexpr int64_t eb = kv_bytes<T>();
   __m512 acc[NA][RB][NL];
   for (auto& x : acc)
     for (auto& y : x)
       for (auto& z : y) z = _mm512_setzero_ps();
-  const int64_t nx_bytes = int64_t(nx.n) * 2 * eb;  // K bytes of one dim pair = V bytes per dim pair
+  const int64_t nx_bytes = int64_t(nx.n) * pair_key_bytes<T>();  // K bytes of one dim pair = V bytes per dim pair
   for (int dp = 0; dp < d / 2; dp += NA)
     for (int c = 0; c < NA; ++c) {
       for (int64_t off = 0; off < nx_bytes; off += 64) {
@@ -121,17 +126,18 @@ inline void qk_pairs_n(Scratch& sc, int r0, const char* k, int64_t kpair, int d,
 /// zeroed (0·NaN would be NaN), a pair it does not see is skipped.
 template <KvType T, int RB, int NC, bool Guard>
 inline void pv_pairs_tile(Scratch& sc, int r0, const char* v, int64_t vpair, int npairs, int x0, LineStream& pf) {
-  constexpr int LB = T == KvType::bf16 ? 1 : 2;  // bf16 vectors per 64-byte line
+  // bf16 vectors per 64-byte line (no more than the tile's columns)
+  constexpr int LB = std::min(NC, T == KvType::bf16 ? 1 : T == KvType::i4 ? 4 : 2);
   __m512 acc[RB][NC];
   for (int i = 0; i < RB; ++i) {
     const __m512 al = _mm512_set1_ps(sc.alpha[r0 + i]);
     for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), al);
   }
-  const char* row = v + int64_t(x0) * 2 * kv_bytes<T>();
+  const char* row = v + int64_t(x0) * pair_key_bytes<T>();  // a dim of a key pair: 2 values or one int4 byte
   for (int p = 0; p < npairs; ++p, row += vpair) {
     pf.step();
     __m512i vv[NC];
-    for (int j = 0; j < NC; j += LB) pair_lines<T, LB>(row + 64 * (j / LB), vv + j);
+    for (int j = 0; j < NC; j += LB) pair_lines<T, LB>(row + 16 * j * pair_key_bytes<T>(), vv + j);
     for (int i = 0; i < RB; ++i) {
       const __m512bh pp = bcast_pair(&sc.pb[r0 + i][2 * p]);
       if constexpr (Guard) {
@@ -147,8 +153,11 @@ inline void pv_pairs_tile(Scratch& sc, int r0, const char* v, int64_t vpair, int
       for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], pp, (__m512bh)vv[j]);
     }
   }
-  for (int i = 0; i < RB; ++i)
-    for (int j = 0; j < NC; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], acc[i][j]);
+  for (int i = 0; i < RB; ++i) {
+    // int4: the chunk's weights times (1 + z/16) come back out of every dim (see run, Int4)
+    const __m512 corr = _mm512_set1_ps(T == KvType::i4 ? sc.vcorr[r0 + i] : 0.0f);
+    for (int j = 0; j < NC; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], T == KvType::i4 ? _mm512_sub_ps(acc[i][j], corr) : acc[i][j]);
+  }
 }
 
 template <KvType T, int RB, bool Guard>

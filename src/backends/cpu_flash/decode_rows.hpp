@@ -21,6 +21,8 @@ struct alignas(64) Scratch {
   float m[kDecodeMaxRows], m_new[kDecodeMaxRows], alpha[kDecodeMaxRows];
   __m512 l[kDecodeMaxRows];  // row sums, lane-wise (reduced once at the end)
   int vlo[kDecodeMaxRows], vhi[kDecodeMaxRows];      // visible keys of the chunk, per row
+  // int4 pair caches: per row, the sum of its bf16 q and the chunk's P·V zero-point correction.
+  float qsum[kDecodeMaxRows], vcorr[kDecodeMaxRows];
 };
 
 /// Q·Kᵀ for RB rows × KB keys (RB·KB = 16 accumulators), dot products along the head size,

@@ -29,6 +29,6 @@ Isa isa_for_variant(const std::string& variant, const Platform& platform);
 ItemFn kernel_for(Isa isa, KvType kv, DType q);
 /// The decode kernel (items of at most kDecodeMaxRows rows) for this ISA, cache type, q dtype and
 /// head size; null when this build has none (kernel_for's kernel serves those items then).
-ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout, bool token_scales);
+ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout, bool token_scales, bool int4);
 
 }  // namespace attn::cpu_flash

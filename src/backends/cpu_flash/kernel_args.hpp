@@ -11,8 +11,10 @@ namespace attn::cpu_flash {
 
 /// KV storage element types the kernels dequantize in registers.
 /// i8: int8 codes (int8_per_token_head caches; each slot's scale is in PagedKV::k/v_token_scales).
-enum class KvType : uint8_t { f32, f16, bf16, e4m3, e5m2, i8 };
-constexpr int kNumKvTypes = 6;
+/// i4: bytes of two int4 codes (int4_per_token_head HND_PAIRS caches, read by the decode pair
+/// kernel; the general kernel unpacks int4 rows to bf16 and reads them as bf16).
+enum class KvType : uint8_t { f32, f16, bf16, e4m3, e5m2, i8, i4 };
+constexpr int kNumKvTypes = 7;
 KvType kv_type_of(DType d);  // throws for storage types cpu_flash does not read
 /// Bytes of one stored element (every kernel build addresses cache rows with it).
 template <KvType T>

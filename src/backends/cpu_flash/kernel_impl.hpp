@@ -18,6 +18,8 @@
 
 #include "attn/numeric.hpp"
 #include "attn/tensor.hpp"
+#include "backends/cpu_flash/head_sizes.hpp"
+#include "backends/cpu_flash/int4_unpack.hpp"
 #include "backends/cpu_flash/kernel_args.hpp"
 
 namespace attn::cpu_flash::ATTN_CF_NS {
@@ -119,47 +121,6 @@ void pv_dispatch(int nvec, bool tail, float* o, int ldo, const float* alpha, con
   }
 }
 
-/// n int4 codes (two per byte, even dim low) as bf16 values code − z (exact: |code − z| <= 15),
-/// read like a bf16 row of a per-token-head cache (each key's scale on its score and its weight),
-/// so bf16 q takes the bf16 dot products.
-inline uint16_t small_int_bf16(int v) {  // exact for |v| < 256
-  const float f = float(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t(u >> 16);
-}
-inline void unpack_int4(const uint8_t* codes, int n, int z, uint16_t* dst) {
-  int i = 0;
-#if defined(__AVX512BW__)
-  // 32 bytes at a time, each zero-extended to a word: its low and its high nibble, plus 15 − z,
-  // index a table of the bf16 bits of −15 .. 16; the two words interleave into element order (low
-  // nibble = even dim).
-  static const struct Table {
-    alignas(64) uint16_t v[32];  // bf16 bits of c − 15
-    Table() {
-      for (int c = 0; c < 32; ++c) v[c] = small_int_bf16(c - 15);
-    }
-  } table;
-  const __m512i t = _mm512_load_si512(table.v), low = _mm512_set1_epi16(0x0F), shift = _mm512_set1_epi16(int16_t(15 - z));
-  static constexpr int16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  static constexpr int16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i ilo = _mm512_loadu_si512(kLo), ihi = _mm512_loadu_si512(kHi);
-  for (; i + 32 <= n / 2; i += 32) {
-    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)));
-    const __m512i even = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(w, low), shift), t);
-    const __m512i odd = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_srli_epi16(w, 4), shift), t);
-    _mm512_storeu_si512(dst + 2 * i, _mm512_permutex2var_epi16(even, ilo, odd));
-    _mm512_storeu_si512(dst + 2 * i + 32, _mm512_permutex2var_epi16(even, ihi, odd));
-  }
-#endif
-  for (; i < n / 2; ++i) {
-    dst[2 * i] = small_int_bf16(int(codes[i] & 0xF) - z);
-    dst[2 * i + 1] = small_int_bf16(int(codes[i] >> 4) - z);
-  }
-}
-
 /// What run_rows sizes for `rows` rows (any RB <= 4 and vector width <= 16 floats).
 inline void reserve_scratch(int rows, int d, int dv) {
   ItemScratch& sc = item_scratch();
@@ -198,7 +159,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int x = 0; x < d; ++x) dst[x] = load_as_float(a.q, a.q_dtype, e + x);
   }
   if (a.int4)  // the cache holds rotated vectors: q·k = rotate(q)·y / d (folded into sscale)
-    for (int r = 0; r < rows; ++r) int4_head::rotate(sc.qf.data() + int64_t(r) * ldq, d);
+    for (int r = 0; r < rows; ++r) int4_head::rotate_query(sc.qf.data() + int64_t(r) * ldq, d, a.q_dtype);
   QTile qt{sc.qf.data(), nullptr, ldq};
   if constexpr (Qk::kNeedsBf16) {
     sc.qb.resize(sc.qf.size());
@@ -236,7 +197,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
 
   // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows; int4
   // caches are unpacked into bf16 rows of code − zero point (kv_type bf16 for them).
-  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4;
+  const bool gather_pairs = a.kv.layout == KVLayout::HND_PAIRS, gather = gather_pairs || a.int4;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
@@ -254,8 +215,15 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
           const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
           const auto* codes = reinterpret_cast<const uint8_t*>(base);
-          unpack_int4(codes + e, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
-          unpack_int4(codes + e + a.kv.v_offset, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
+          const uint8_t *kc = codes + e, *vc = codes + e + a.kv.v_offset;
+          uint8_t pk[kMaxHeadSize / 2], pv[kMaxHeadSize / 2];
+          if (gather_pairs) {  // HND_PAIRS runs: the key's bytes gathered into vLLM's row order
+            int4_head::load_vector(a.kv, bt[key / bs], key % bs, h, false, d, pk);
+            int4_head::load_vector(a.kv, bt[key / bs], key % bs, h, true, dv, pv);
+            kc = pk, vc = pv;
+          }
+          unpack_int4(kc, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
+          unpack_int4(vc, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
           kts[j] = int4_head::scale_of(kts[j]), vts[j] = int4_head::scale_of(vts[j]);
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;

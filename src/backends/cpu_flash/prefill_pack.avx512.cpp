@@ -14,6 +14,7 @@
 #define ATTN_CF_NS prefill_avx512
 #include "backends/cpu_flash/simd_avx512.hpp"
 #include "backends/cpu_flash/prefill.hpp"
+#include "backends/cpu_flash/int4_unpack.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -89,7 +90,7 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   const int32_t key0 = job.tile * kTileKeys;
   const int n = std::clamp(a.seq_lens[job.seq] - key0, 0, kTileKeys);
   if constexpr (T == KvType::bf16) {
-    if (a.kv.layout == KVLayout::HND_PAIRS && L.bf16) return pack_pairs_bf16(a, L, job, kdst, vdst, n);
+    if (a.kv.layout == KVLayout::HND_PAIRS && L.bf16 && !a.int4) return pack_pairs_bf16(a, L, job, kdst, vdst, n);
   }
   const int32_t* bt = a.block_table + int64_t(job.seq) * a.max_blocks_per_seq;
   const char* base = static_cast<const char*>(a.kv.base);
@@ -99,6 +100,15 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   auto src_row = [&](int j, bool is_v) -> const char* {
     const int32_t key = key0 + j;
     const int64_t b = bt[key / a.kv.block_size], t = key % a.kv.block_size;
+    if constexpr (T == KvType::bf16)
+      if (a.int4) {  // codes − zero point as a bf16 row (the scale is the slot's, below)
+        uint8_t codes[kMaxPackDims / 2];
+        const int n_el = is_v ? dv : d;
+        const float stored = (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[token_scale_index(a.kv, b, t, job.kv_head)];
+        int4_head::load_vector(a.kv, b, t, job.kv_head, is_v, n_el, codes);
+        ATTN_CF_NS::unpack_int4(codes, n_el, int4_head::zero_point(stored), reinterpret_cast<uint16_t*>(gathered));
+        return gathered;
+      }
     if (a.kv.layout != KVLayout::HND_PAIRS) return base + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v) * kv_bytes<T>();
     gather_kv_vector(a.kv, b, t, job.kv_head, is_v, is_v ? dv : d, gathered);
     return gathered;
@@ -110,7 +120,8 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     if (j >= n) return 0.0f;
     const int32_t key = key0 + j;
     const int64_t ti = token_scale_index(a.kv, bt[key / a.kv.block_size], key % a.kv.block_size, job.kv_head);
-    return (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[ti];
+    const float stored = (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[ti];
+    return a.int4 ? int4_head::scale_of(stored) : stored;
   };
   auto scale_row = [&](int j, bool is_v, float* r, int n_el) {
     if (!a.token_scales) return;
@@ -189,6 +200,7 @@ void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackL
     case KvType::e4m3: return pack<KvType::e4m3>(a, layout, job, buf);
     case KvType::e5m2: return pack<KvType::e5m2>(a, layout, job, buf);
     case KvType::i8: return pack<KvType::i8>(a, layout, job, buf);  // codes exact in bf16 tiles
+    case KvType::i4: break;  // int4 caches never take the prefill tiles (plan_pack)
   }
 }
 

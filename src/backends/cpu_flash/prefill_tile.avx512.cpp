@@ -12,6 +12,7 @@
 #define ATTN_CF_NS prefill_avx512
 #include "backends/cpu_flash/simd_avx512.hpp"
 #include "attn/numeric.hpp"
+#include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 
 #include <algorithm>
@@ -319,6 +320,7 @@ void store_rows(const KernelArgs& a, const Ctx& cx, int rows, int64_t tok0, int 
   const int g = a.group, dv = a.head_size_v;
   const float vscale = a.kv.v_scales[kv_head] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
   for (int r = 0; r < rows; ++r) {
+    if (a.int4) int4_head::unrotate(cx.o + int64_t(r) * cx.dvp, dv);  // outputs over rotated V rows
     const int head = kv_head * g + r % g;
     const float l = _mm512_reduce_add_ps(_mm512_loadu_ps(cx.lsum + r * 16));
     const float m = cx.m2[r] * kLn2;  // natural-log units, like the sink logit
@@ -397,7 +399,17 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
     sc.lo[std::size_t(r)] = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
     if (r >= rows) continue;
     const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
-    if constexpr (Bf16) {
+    if (a.int4) {  // rotated like the cache's vectors (see int4_head), then as the tiles take it
+      alignas(64) float qr[kMaxHeadSize];
+      for (int x = 0; x < d; ++x) qr[x] = load_as_float(a.q, a.q_dtype, e + x);
+      int4_head::rotate_query(qr, d, a.q_dtype);
+      for (int x = 0; x < d; ++x) {
+        if constexpr (Bf16)
+          sc.qb[std::size_t(r) * d + x] = f32_to_bf16(qr[x]);
+        else
+          sc.qf[std::size_t(r) * d + x] = qr[x];
+      }
+    } else if constexpr (Bf16) {
       const uint16_t* src = static_cast<const uint16_t*>(a.q) + e;
       std::copy(src, src + d, sc.qb.data() + int64_t(r) * d);
     } else {
@@ -409,7 +421,7 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   cx.qb = sc.qb.data(), cx.qf = sc.qf.data(), cx.d = d, cx.dvp = dvp;
   cx.pb = sc.pb.data(), cx.pf = sc.pf.data(), cx.o = sc.o.data(), cx.lsum = sc.lsum.data();
   cx.m2 = sc.m2.data(), cx.alpha = sc.alpha.data(), cx.lo = sc.lo.data(), cx.hi = sc.hi.data();
-  const float kscale = a.scale * a.kv.k_scales[h] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
+  const float kscale = a.scale * a.kv.k_scales[h] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f) / (a.int4 ? float(d) : 1.0f);
   cx.c = kscale * kLog2e;
   const bool cap = a.soft_cap > 0;
   if (cap) cx.cap_in = 2.0f * kscale / a.soft_cap * kLog2e, cx.cap_out = a.soft_cap * kLog2e;

@@ -9,6 +9,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
+#include "attn/limits.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn {
@@ -88,8 +89,11 @@ class ReferenceImpl final : public AttentionImpl {
           if (kv.int4) {  // packed codes of rotated vectors: dequantized, then rotated back
             float* k = K + std::size_t(t) * d;
             float* v = V + std::size_t(t) * dv;
-            int4_head::dequantize(reinterpret_cast<const uint8_t*>(base + kv_element_offset(kv, b, bt, kh, 0, false)), ks, d, k);
-            int4_head::dequantize(reinterpret_cast<const uint8_t*>(base + kv_element_offset(kv, b, bt, kh, 0, true)), vs, dv, v);
+            uint8_t codes[limits::kMaxHeadSize / 2];
+            int4_head::load_vector(kv, b, bt, kh, false, d, codes);
+            int4_head::dequantize(codes, ks, d, k);
+            int4_head::load_vector(kv, b, bt, kh, true, dv, codes);
+            int4_head::dequantize(codes, vs, dv, v);
             int4_head::unrotate(k, d), int4_head::unrotate(v, dv);
             continue;
           }
@@ -105,6 +109,10 @@ class ReferenceImpl final : public AttentionImpl {
             const int qpos = len - qlen + i;  // bottom-right alignment
             for (int x = 0; x < d; ++x)
               qrow[x] = load_as_float(q.data, q.dtype, tok * q.strides[0] + h * q.strides[1] + x);
+            if (kv.int4) {  // the format's query: rotated, rounded to q's dtype, seen here rotated back
+              int4_head::rotate_query(qrow, d, q.dtype);
+              int4_head::unrotate(qrow, d);
+            }
             float m = -std::numeric_limits<float>::infinity();
             for (int t = 0; t < len; ++t) {
               if (!visible(qpos, t, md.causal, mm, s)) { scores[t] = -std::numeric_limits<float>::infinity(); continue; }
