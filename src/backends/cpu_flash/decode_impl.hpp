@@ -161,13 +161,30 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     // Token: this chunk's K scales (times the softmax scale) and V scales, one vector per 16 keys.
     alignas(64) float kts[kPairChunk], vts[kPairChunk], kzb[Int4 ? kPairChunk : 1], vzb[Int4 ? kPairChunk : 1];
     if constexpr (Int4) {  // A = 16 · scale · sscale, B = 1 + z/16; V: 16 · scale and 1 + z/16
-      const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
-      for (int j = 0; j < n; ++j) {
-        const float ks = a.kv.k_token_scales[t0 + j * nkv], vs = a.kv.v_token_scales[t0 + j * nkv];
-        kts[j] = 16.0f * int4_head::scale_of(ks) * sscale, kzb[j] = 1.0f + float(int4_head::zero_point(ks)) / 16.0f;
-        vts[j] = 16.0f * int4_head::scale_of(vs), vzb[j] = 1.0f + float(int4_head::zero_point(vs)) / 16.0f;
+      // 16 keys' stored scales at a time (num_kv_heads floats apart; a chunk is whole 16-key groups
+      // of one block), split into the scale (low 4 bits cleared) and the zero point.
+      const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h);
+      const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(a.kv.num_kv_heads));
+      const __m512i low = _mm512_set1_epi32(0xF);
+      for (int j = 0; j < kPairChunk; j += 16) {
+        if (j >= n) {  // lanes past the chunk: masked
+          for (float* p : {kts, vts, kzb, vzb}) _mm512_store_ps(p + j, _mm512_setzero_ps());
+          continue;
+        }
+        const float* kb = a.kv.k_token_scales + t0 + int64_t(j) * a.kv.num_kv_heads;
+        const float* vb = a.kv.v_token_scales + t0 + int64_t(j) * a.kv.num_kv_heads;
+        const __m512i kbits = _mm512_castps_si512(_mm512_i32gather_ps(step, kb, 4));
+        const __m512i vbits = _mm512_castps_si512(_mm512_i32gather_ps(step, vb, 4));
+        auto scale = [&](__m512i bits) { return _mm512_castsi512_ps(_mm512_andnot_si512(low, bits)); };
+        auto zp = [&](__m512i bits) {
+          return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(bits, low)), _mm512_set1_ps(1.0f / 16.0f), _mm512_set1_ps(1.0f));
+        };
+        _mm512_store_ps(kts + j, _mm512_mul_ps(scale(kbits), _mm512_set1_ps(16.0f * sscale)));
+        _mm512_store_ps(vts + j, _mm512_mul_ps(scale(vbits), _mm512_set1_ps(16.0f)));
+        _mm512_store_ps(kzb + j, zp(kbits));
+        _mm512_store_ps(vzb + j, zp(vbits));
       }
-      for (int j = n; j < kPairChunk; ++j) kts[j] = vts[j] = kzb[j] = vzb[j] = 0.0f;  // lanes past the chunk: masked
     } else if constexpr (Token) {
       const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
       for (int j = 0; j < n; ++j) kts[j] = a.kv.k_token_scales[t0 + j * nkv] * sscale, vts[j] = a.kv.v_token_scales[t0 + j * nkv];
