@@ -8,6 +8,7 @@
 
 #include "attn/device.hpp"
 #include "attn/metadata.hpp"
+#include "attn/numeric.hpp"
 #include "attn/tensor.hpp"
 #include "attn/types.hpp"
 
@@ -80,6 +81,8 @@ constexpr int kMaxCode = 15;
 /// vLLM's RHT signs: torch.bernoulli(0.5) on a CPU generator seeded 0x9E3779B9, i.e. mt19937
 /// words whose 24-bit fraction is below 0.5 give +1. Element i is the same for every n > i.
 float rht_sign(int32_t i);
+/// The signs of every dim attn's limits allow (rht_sign(i) = rht_signs()[i]).
+const float* rht_signs();
 /// x = H·x in place (n a power of two), the butterfly order of vLLM's CPU transform (float:
 /// the format's; double: the tests' fp64 oracles).
 template <class T>
@@ -91,13 +94,35 @@ void hadamard(T* x, int32_t n) {
         x[j] = a + b, x[j + h] = a - b;
       }
 }
-/// x = H·(D·x): what write_kv stores (before rounding) and what q becomes.
-void rotate(float* x, int32_t n);
+/// x = H·(D·x): what write_kv stores (before rounding) and what q becomes. Inline like the two
+/// below, so the kernels' ISA builds vectorise them (they run once per query and output row).
+inline void rotate(float* x, int32_t n) {
+  const float* s = rht_signs();
+  for (int32_t i = 0; i < n; ++i) x[i] *= s[i];
+  hadamard(x, n);
+}
 /// x = D·(H·x) / n: the inverse of rotate.
-void unrotate(float* x, int32_t n);
+inline void unrotate(float* x, int32_t n) {
+  hadamard(x, n);
+  const float* s = rht_signs();
+  const float inv = 1.0f / float(n);
+  for (int32_t i = 0; i < n; ++i) x[i] = x[i] * s[i] * inv;
+}
 /// The query the format attends with: rotate, then each value rounded to the query's dtype (vLLM's
 /// single_rht(q.float()).to(q.dtype); float32 stays as rotated). Every reader applies it.
-void rotate_query(float* q, int32_t n, DType q_dtype);
+inline void rotate_query(float* q, int32_t n, DType q_dtype) {
+  rotate(q, n);
+  if (q_dtype == DType::float32) return;
+  if (q_dtype == DType::bfloat16) {
+    for (int32_t i = 0; i < n; ++i) q[i] = bf16_to_f32(f32_to_bf16(q[i]));
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    char r[4];
+    store_from_float(r, q_dtype, 0, q[i]);
+    q[i] = load_as_float(r, q_dtype, 0);
+  }
+}
 /// Quantizes a rotated vector: packed codes to `codes` (n / 2 bytes); returns the stored scale
 /// (zero point in its low bits). A NaN or infinity gives a NaN scale and zero codes (counted).
 float quantize(const float* rotated, int32_t n, uint8_t* codes, int64_t* nonfinite);

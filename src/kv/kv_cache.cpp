@@ -123,29 +123,7 @@ float round_half_away(float x) { return float(int32_t(x >= 0 ? x + 0.5f : x - 0.
 }  // namespace
 
 float rht_sign(int32_t i) { return signs().v[i]; }
-
-void rotate(float* x, int32_t n) {
-  const float* s = signs().v;
-  for (int32_t i = 0; i < n; ++i) x[i] *= s[i];
-  hadamard(x, n);
-}
-
-void unrotate(float* x, int32_t n) {
-  hadamard(x, n);
-  const float* s = signs().v;
-  const float inv = 1.0f / float(n);
-  for (int32_t i = 0; i < n; ++i) x[i] = x[i] * s[i] * inv;
-}
-
-void rotate_query(float* q, int32_t n, DType q_dtype) {
-  rotate(q, n);
-  if (q_dtype == DType::float32) return;
-  for (int32_t i = 0; i < n; ++i) {
-    char r[4];
-    store_from_float(r, q_dtype, 0, q[i]);
-    q[i] = load_as_float(r, q_dtype, 0);
-  }
-}
+const float* rht_signs() { return signs().v; }
 
 float quantize(const float* y, int32_t n, uint8_t* codes, int64_t* nonfinite) {
   float lo = std::numeric_limits<float>::infinity(), hi = -lo;

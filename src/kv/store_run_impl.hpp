@@ -189,11 +189,7 @@ int64_t quantize_int4_row(const char* src, DType sd, uint8_t* dst, int32_t n, fl
     *scale = std::numeric_limits<float>::quiet_NaN();
     return bad;
   }
-  int4_head::rotate(y, n);
-  if (sd != DType::float32) {
-    char rounded[2];
-    for (int32_t i = 0; i < n; ++i) store_from_float(rounded, sd, 0, y[i]), y[i] = load_as_float(rounded, sd, 0);
-  }
+  int4_head::rotate_query(y, n, sd);  // the same rotation and rounding as a query's
   *scale = int4_head::quantize(y, n, dst, &bad);
   return bad;
 }
