@@ -197,7 +197,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
 
   // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows; int4
   // caches are unpacked into bf16 rows of code − zero point (kv_type bf16 for them).
-  const bool gather_pairs = a.kv.layout == KVLayout::HND_PAIRS, gather = gather_pairs || a.int4;
+  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
@@ -213,15 +213,9 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       if constexpr (T == KvType::bf16)
         if (a.int4) {
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
-          const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
-          const auto* codes = reinterpret_cast<const uint8_t*>(base);
-          const uint8_t *kc = codes + e, *vc = codes + e + a.kv.v_offset;
-          uint8_t pk[kMaxHeadSize / 2], pv[kMaxHeadSize / 2];
-          if (gather_pairs) {  // HND_PAIRS runs: the key's bytes gathered into vLLM's row order
-            int4_head::load_vector(a.kv, bt[key / bs], key % bs, h, false, d, pk);
-            int4_head::load_vector(a.kv, bt[key / bs], key % bs, h, true, dv, pv);
-            kc = pk, vc = pv;
-          }
+          uint8_t kc[kMaxHeadSize / 2], vc[kMaxHeadSize / 2];  // the key's bytes in vLLM's row order, any layout
+          int4_head::load_vector(a.kv, bt[key / bs], key % bs, h, false, d, kc);
+          int4_head::load_vector(a.kv, bt[key / bs], key % bs, h, true, dv, vc);
           unpack_int4(kc, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
           unpack_int4(vc, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
           kts[j] = int4_head::scale_of(kts[j]), vts[j] = int4_head::scale_of(vts[j]);
