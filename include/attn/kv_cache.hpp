@@ -155,6 +155,37 @@ void load_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, i
 void store_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, const uint8_t* codes);
 }  // namespace int4_head
 
+/// nvfp4 / nvfp4_4over6, vLLM's NVFP4 KV cache (csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu,
+/// vllm/utils/torch_utils.py nvfp4_kv_cache_full_dim): each (slot, KV head) vector of n dims (a
+/// multiple of 16) is n / 2 bytes of e2m1 codes (two per byte, even dim in the low nibble; bit 3
+/// the sign, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6) and n / 16 e4m3 block scales, one per 16
+/// dims: sf = e4m3(max|x| / 6 / g), code = e2m1(x · 1 / (sf · g)) (round to nearest even,
+/// saturating at 6), g the cache's per-tensor (or per-head) scale, vLLM's k_scale / v_scale.
+/// nvfp4_4over6 also tries max|x| / 4 and keeps whichever scale reconstructs the 16 values with
+/// the smaller squared error. A value reads e2m1 · sf · g. vLLM keeps a block's codes and its
+/// scales in two regions of the page (V's scales swizzled for its GPU kernel); attn's row is the
+/// vector's codes then its scales, n / 2 + n / 16 bytes (docs/kv-cache-formats.md).
+namespace nvfp4 {
+constexpr int kGroup = 16;           // values per block scale
+constexpr uint8_t kNanScale = 0x7F;  // e4m3 NaN: a group that held a NaN or an infinity reads NaN
+/// Bytes of one stored vector of n values (codes, then scales).
+constexpr int32_t row_bytes(int32_t n) { return n / 2 + n / kGroup; }
+/// The value of an e2m1 code (0..15).
+inline float e2m1_value(int code) {
+  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  return (code & 8) ? -kMag[code & 7] : kMag[code & 7];
+}
+/// x to the nearest e2m1 code, ties to the even code, beyond ±6 saturated (cvt.rn.satfinite.e2m1).
+uint8_t e2m1_code(float x);
+/// Quantizes n values into one stored row (codes, then scales), given inv_g = 1 / g (vLLM's
+/// global scale; its arithmetic order); returns how many values lay beyond what a saturated block
+/// scale (448) holds. A group holding a NaN or an infinity gets the NaN scale and zero codes (it
+/// reads NaN); `nonfinite` counts such values.
+int64_t quantize(const float* x, int32_t n, float inv_g, bool four_over_six, uint8_t* row, int64_t* nonfinite);
+/// The n values a stored row holds, before the global scale: e2m1 · sf.
+void dequantize(const uint8_t* row, int32_t n, float* dst);
+}  // namespace nvfp4
+
 struct KVCacheSpec {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
@@ -169,10 +200,13 @@ struct KVCacheSpec {
   int32_t v_width() const { return head_size_v ? head_size_v : head_size; }
   /// int4_per_token_head: two codes per stored byte.
   bool int4() const { return kv_cache_dtype == KVCacheDType::int4_per_token_head; }
-  /// Stored elements of one K (is_v false) or V row: the width, halved for int4 caches.
+  /// nvfp4 / nvfp4_4over6: e2m1 codes and e4m3 block scales in each row (see nvfp4).
+  bool nvfp4() const { return is_nvfp4(kv_cache_dtype); }
+  /// Stored elements of one K (is_v false) or V row: the width, halved for int4 caches, codes
+  /// plus block scales for nvfp4 ones (bytes).
   int32_t stored_width(bool is_v) const {
     const int32_t w = is_v ? v_width() : head_size;
-    return int4() ? w / 2 : w;
+    return int4() ? w / 2 : nvfp4() ? nvfp4::row_bytes(w) : w;
   }
   /// A per-token-head cache (see token_head): its scales are two more arrays beside the codes.
   bool token_scales() const { return has_token_head_scales(kv_cache_dtype); }
@@ -211,6 +245,10 @@ struct PagedKV {
   /// int4_per_token_head (see int4_head): a row is head_size / 2 bytes of packed codes; the token
   /// scales carry the zero points.
   bool int4 = false;
+  /// nvfp4 caches (see nvfp4): a row is nvfp4::row_bytes(width) bytes of codes and block scales;
+  /// k_scales / v_scales are the global scales.
+  bool nvfp4 = false;
+  bool nvfp4_four_over_six = false;  // nvfp4_4over6: write_kv's block-scale search
 };
 
 /// Where the scale of slot t of block b, KV head h, lies in k_token_scales / v_token_scales.
@@ -228,12 +266,17 @@ inline int64_t kv_element_offset(const PagedKV& v, int64_t b, int64_t t, int64_t
 }
 
 /// Copies the stored bytes of one K or V vector (n values, its storage dtype) to `dst` as a
-/// contiguous row: row readers serve HND_PAIRS caches through it (int4: its n / 2 code bytes).
+/// contiguous row: row readers serve HND_PAIRS caches through it (int4: its n / 2 code bytes;
+/// nvfp4: its nvfp4::row_bytes(n) bytes).
 inline void gather_kv_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, void* dst) {
   const std::size_t es = dtype_size(v.dtype);
   const char* base = static_cast<const char*>(v.base);
   char* out = static_cast<char*>(dst);
   if (v.int4) return int4_head::load_vector(v, b, t, h, is_v, n, static_cast<uint8_t*>(dst));
+  if (v.nvfp4) {  // NHD / HND rows of codes and block scales
+    std::memcpy(out, base + kv_element_offset(v, b, t, h, 0, is_v), std::size_t(nvfp4::row_bytes(n)));
+    return;
+  }
   if (v.layout != KVLayout::HND_PAIRS) {
     std::memcpy(out, base + kv_element_offset(v, b, t, h, 0, is_v) * int64_t(es), std::size_t(n) * es);
     return;

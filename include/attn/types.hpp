@@ -34,13 +34,22 @@ bool is_quantized(KVCacheDType k);
 /// int4_per_token_head): every (slot, KV head) vector carries its own fp32 scale, computed as it
 /// is written (vLLM's KVQuantMode INT8 / FP8 / INT4_PER_TOKEN_HEAD).
 bool has_token_head_scales(KVCacheDType k);
+/// nvfp4 and nvfp4_4over6: one layout (e2m1 codes with e4m3 block scales of 16 values), two ways
+/// of choosing the block scales as it is written.
+bool is_nvfp4(KVCacheDType k);
+/// The rule a kv dtype's format puts on a K or V width, as an "expected ..." text, or empty when
+/// `width` meets it: int4_per_token_head rotates vectors by a Walsh-Hadamard transform (a power of
+/// two); nvfp4 scales each 16 values (a multiple of 16). KVCacheSpec::validate and the selector's
+/// checks both ask here.
+std::string kv_width_unmet(KVCacheDType k, int32_t width);
 /// Every name attn stores as one code per value (16-bit, fp8 with per-tensor / per-head scales,
 /// int8 / fp8 per token head): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
 /// int8_per_token_head, fp8_per_token_head. A dense backend that reads all of them declares this.
 const std::vector<KVCacheDType>& per_element_kv_cache_dtypes();
 /// The storage dtype of a cache with this kv dtype for a model of dtype `model`
 /// ("auto" → model dtype, "fp8" and "fp8_per_token_head" → fp8_e4m3, "int8_per_token_head" →
-/// int8, "int4_per_token_head" → int8 bytes holding two codes each). Throws for names attn stores no other way.
+/// int8, "int4_per_token_head" → int8 bytes holding two codes each, "nvfp4" / "nvfp4_4over6" → int8
+/// bytes of codes and block scales). Throws for names attn stores no other way.
 DType kv_storage_dtype(KVCacheDType k, DType model);
 
 /// Attention types (vLLM AttentionType values).

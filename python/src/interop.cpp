@@ -33,7 +33,8 @@ nb::dlpack::dtype dlpack_dtype(DType d) {
   throw Error("cache dtype " + std::string(to_string(d)) + " has no DLPack spelling");
 }
 
-/// uint8: the bytes of an int4_per_token_head cache (two codes each), as vLLM allocates them.
+/// uint8: the bytes of an int4_per_token_head cache (two codes each) or an nvfp4 one (codes and
+/// block scales), as vLLM allocates them.
 nb::dlpack::dtype dlpack_uint8() { return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::UInt), 8, 1}; }
 
 /// The cache storage as a DLPack-capable array object (no copy); it keeps the cache alive.
@@ -43,7 +44,7 @@ nb::object cache_ndarray(nb::handle self) {
   require(!c.strided(), "cache", "strided (KVCache.from_views)", "a cache with attn's own layout: read the engine's tensors instead");
   std::vector<std::size_t> shape;
   for (int64_t d : c.spec().shape()) shape.push_back(std::size_t(d));
-  const nb::dlpack::dtype dt = c.spec().int4() ? dlpack_uint8() : dlpack_dtype(c.spec().dtype);
+  const nb::dlpack::dtype dt = c.spec().int4() || c.spec().nvfp4() ? dlpack_uint8() : dlpack_dtype(c.spec().dtype);
   return nb::cast(nb::ndarray<nb::array_api>(c.data(), shape.size(), shape.data(), self, nullptr, dt, nb::device::cpu::value));
 }
 
@@ -282,7 +283,7 @@ nb::object cache_from_views(nb::handle k, nb::handle v, bool per_head_scales, nb
 }
 
 nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32_t head_size_v, bool per_head_scales,
-                             nb::handle k_scales, nb::handle v_scales) {
+                             nb::handle k_scales, nb::handle v_scales, const std::string& kv_cache_dtype) {
   DType dtype;
   bool packed = false;
   PinnedTensor t = pin_cpu_tensor(tensor, dtype, &packed);
@@ -290,6 +291,14 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
   KVCacheSpec spec;
   spec.dtype = dtype;
   spec.kv_cache_dtype = kv_cache_dtype_of(dtype, !k_scales.is_none() || !v_scales.is_none(), packed);
+  // uint8 bytes are int4_per_token_head codes unless the caller names nvfp4 (rows of codes and block scales).
+  const bool nvfp4 = !kv_cache_dtype.empty() && is_nvfp4(parse_kv_cache_dtype(kv_cache_dtype));
+  if (!kv_cache_dtype.empty()) {
+    require(nvfp4 ? packed : parse_kv_cache_dtype(kv_cache_dtype) == spec.kv_cache_dtype, "kv_cache_dtype", kv_cache_dtype,
+            nvfp4 ? "a uint8 tensor for an nvfp4 cache (got " + describe_dtype(tensor) + ")"
+                  : "the tensor's own (" + std::string(to_string(spec.kv_cache_dtype)) + "), or nvfp4 / nvfp4_4over6 for a uint8 tensor");
+    if (nvfp4) spec.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
+  }
   spec.per_head_scales = per_head_scales;
   const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
   const std::string& shape = t.shape;
@@ -307,7 +316,13 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
     spec.num_kv_heads = int32_t(a.shape(nhd ? 3 : 2));
   }
   spec.num_blocks = int32_t(a.shape(0));
-  spec.head_size = int32_t(a.shape(a.ndim() - 1)) * (packed ? 2 : 1);  // int4: two codes per byte
+  const int64_t last = int64_t(a.shape(a.ndim() - 1));
+  if (nvfp4) {  // n / 2 code bytes and n / 16 block scales: 9 bytes per 16 values
+    require(last % 9 == 0, "tensor.shape", shape, "a last dimension of head_size / 2 + head_size / 16 bytes (a multiple of 9) for nvfp4");
+    spec.head_size = int32_t(last / 9 * 16);
+  } else {
+    spec.head_size = int32_t(last) * (packed ? 2 : 1);  // int4: two codes per byte
+  }
   spec.head_size_v = head_size_v;
   // The last dimension holds the wider of K and V: a V wider than it would be written past the tensor.
   require(head_size_v >= 0 && head_size_v <= spec.head_size, "head_size_v", head_size_v,
@@ -380,6 +395,14 @@ void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
     if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw nb::python_error();
     return;
   }
+  if (cache.spec().nvfp4()) {  // non-finite values and values beyond a saturated block scale, counted together
+    const std::string msg = std::to_string(n) + " NaN / infinite values, or values beyond 6 x 448 x the global scale, were written "
+                            "to this " + std::string(to_string(cache.spec().kv_cache_dtype)) +
+                            " cache: a block of 16 holding a NaN or an infinity reads NaN, larger values are clamped "
+                            "(set larger scales with cache.set_scales(k_scale, v_scale))";
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw nb::python_error();
+    return;
+  }
   const auto& k = cache.k_scales();
   const auto& v = cache.v_scales();
   const std::string msg = std::to_string(n) + " values written to this " + std::string(to_string(cache.spec().dtype)) +
@@ -395,13 +418,16 @@ void bind_cache_interop(nb::class_<KVCache>& cls) {
   nb::class_<ExternalKVCache, KVCache>(cls, "_External", "A KVCache over an engine's tensor (KVCache.from_dlpack).");
   cls.def_static("from_dlpack", &cache_from_dlpack, nb::arg("tensor"), nb::kw_only(), nb::arg("layout") = "NHD",
                  nb::arg("head_size_v") = 0, nb::arg("per_head_scales") = false, nb::arg("k_scales") = nb::none(),
-                 nb::arg("v_scales") = nb::none(),
+                 nb::arg("v_scales") = nb::none(), nb::arg("kv_cache_dtype") = "",
                  "Wraps an engine-owned tensor as a cache, without copying: the shape gives num_blocks, block_size,\n"
                  "num_kv_heads and head_size for `layout`, the dtype the storage dtype (fp8 tensors make fp8 caches).\n"
                  "Per-token-head caches (vLLM's int8_per_token_head / fp8_per_token_head / int4_per_token_head): an\n"
                  "int8, float8_e4m3fn or uint8 (two int4 codes per byte, the last dimension head_size / 2) tensor with\n"
                  "k_scales and v_scales, the engine's float32 [num_blocks, block_size, num_kv_heads] scale tensors\n"
                  "(int4: zero points in their low mantissa bits), read and written in place like the codes.\n"
+                 "nvfp4 / nvfp4_4over6 (kv_cache_dtype=): a uint8 tensor whose rows are head_size / 2 bytes of e2m1\n"
+                 "codes then head_size / 16 e4m3 block scales (attn's row; vLLM keeps codes and scales in two regions of\n"
+                 "each page); the global scales are the cache's set_scales.\n"
                  "It must be contiguous, on the CPU and 64-byte aligned; the tensor and its storage stay alive with the\n"
                  "cache, and every use checks the tensor still has that storage (resize_ / set_ on it is an error).");
   cls.def_static("from_views", &cache_from_views, nb::arg("k"), nb::arg("v"), nb::kw_only(), nb::arg("per_head_scales") = false,

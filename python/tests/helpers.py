@@ -110,6 +110,57 @@ def token_head_quantized(x: np.ndarray, storage: str):
     return codes.astype(np.float64) * scale.astype(np.float64), codes, scale
 
 
+NVFP4_DTYPES = ("nvfp4", "nvfp4_4over6")
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)
+
+
+def e2m1_codes(y: np.ndarray) -> np.ndarray:
+    """Nearest e2m1 codes (cvt.rn.satfinite.e2m1: ties to the even code, saturating at 6, sign in bit 3)."""
+    a = np.abs(y)
+    m = np.select([a <= 0.25, a < 0.75, a <= 1.25, a < 1.75, a <= 2.5, a < 3.5, a <= 5.0], [0, 1, 2, 3, 4, 5, 6], 7)
+    return (m | np.where(np.signbit(y), 8, 0)).astype(np.uint8)
+
+
+def nvfp4_quantized(x: np.ndarray, g: float = 1.0, four_over_six: bool = False):
+    """vLLM's NVFP4 store (csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu) of x [..., n], n a multiple
+    of 16, under global scale g: block scale e4m3(max|x| / 6 / g) per 16 values (4over6: or max / 4,
+    whichever reconstructs the block better), codes e2m1(x / (scale * g)). Returns (dequantized float64
+    values, attn's row bytes uint8 [..., n / 2 + n / 16]: the codes, two per byte, then the scales)."""
+    x32 = np.asarray(x, np.float32)
+    n = x32.shape[-1]
+    blocks = x32.reshape(*x32.shape[:-1], n // 16, 16)
+    vmax = np.abs(blocks).max(axis=-1, keepdims=True)
+    inv_g = np.float32(1) / np.float32(g)
+    one = np.float32(1)
+
+    def candidate(den):
+        sf = (inv_g * (vmax * (one / np.float32(den)))).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+        sfv = sf.astype(np.float32)
+        with np.errstate(divide="ignore"):
+            out = np.where(sfv != 0, one / (sfv * (one / inv_g)), np.float32(0)).astype(np.float32)
+        return sf, out
+
+    def values(codes):
+        mag = E2M1[codes & 7]
+        return np.where(codes & 8, -mag, mag).astype(np.float32)
+
+    sf, out = candidate(6)
+    if four_over_six:
+        def error(sf_c, out_c):
+            with np.errstate(divide="ignore"):
+                back = np.where(out_c != 0, one / out_c, np.float32(0)).astype(np.float32)
+            d = np.where(out_c != 0, values(e2m1_codes(blocks * out_c)) * back - blocks, blocks)
+            return (d * d).sum(axis=-1, keepdims=True)
+        sf4, out4 = candidate(4)
+        use4 = error(sf4, out4) < error(sf, out)
+        sf, out = np.where(use4, sf4, sf), np.where(use4, out4, out)
+    codes = e2m1_codes(blocks * out)
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8).reshape(*x32.shape[:-1], n // 2)
+    scale_bytes = sf.view(np.uint8)[..., 0]
+    deq = (values(codes) * sf.astype(np.float32)).astype(np.float64) * np.float64(g)
+    return deq.reshape(x32.shape), np.concatenate([packed, scale_bytes], axis=-1)
+
+
 def rht_signs(n: int) -> np.ndarray:
     """vLLM's RHT signs (vllm/v1/attention/ops/int4_per_token_head.py _get_rht_signs), drawn with torch."""
     import torch
@@ -215,6 +266,13 @@ def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, qu
         batch.k_ref = [int4_quantized(rounded(k, cfg.dtype), cfg.dtype)[0] for k in k_all]
         batch.v_ref = [int4_quantized(rounded(v, cfg.dtype), cfg.dtype)[0] for v in v_all]
         return batch
+    if cache.kv_cache_dtype in NVFP4_DTYPES:  # per KV head: its global scale
+        four = cache.kv_cache_dtype == "nvfp4_4over6"
+        def nv(x, g):
+            return np.stack([nvfp4_quantized(rounded(x[:, h], cfg.dtype), g[h], four)[0] for h in range(x.shape[1])], axis=1)
+        batch.k_ref = [nv(k, np.asarray(cache.k_scales)) for k in k_all]
+        batch.v_ref = [nv(v, np.asarray(cache.v_scales)) for v in v_all]
+        return batch
     if cache.kv_cache_dtype in TOKEN_HEAD_DTYPES:
         batch.k_ref = [token_head_quantized(rounded(k, cfg.dtype), storage)[0] for k in k_all]
         batch.v_ref = [token_head_quantized(rounded(v, cfg.dtype), storage)[0] for v in v_all]
@@ -257,3 +315,25 @@ def assert_close(got: np.ndarray, want: np.ndarray, io_dtype: str, kv_storage: s
 def valid_cpu_backends(cfg: attn.LayerConfig) -> list[str]:
     """Every registered backend that can serve cfg on this machine (whatever backends exist)."""
     return [c.backend for c in attn.explain(cfg).candidates if c.valid]
+
+
+def cosine_to_unquantized(kv_cache_dtype: str, outlier_channel: bool, n: int = 600) -> np.ndarray:
+    """Cosine similarity of each output row of a Llama-shaped fp32 layer (8 / 2 heads x 128) over a
+    `kv_cache_dtype` cache of n random keys with the fp64 attention over the unquantized K / V (one
+    K channel x20 when `outlier_channel`): the quality of a 4-bit format, 4 query rows x 8 heads."""
+    cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=128, dtype="float32", kv_cache_dtype=kv_cache_dtype)
+    layer = attn.Attention(cfg)
+    rng = np.random.default_rng(3)
+    k = rng.standard_normal((n, 2, 128)).astype(np.float32)
+    if outlier_channel:
+        k[:, :, 7] *= 20.0
+    v = rng.standard_normal((n, 2, 128)).astype(np.float32)
+    q = rng.standard_normal((4, 8, 128)).astype(np.float32)
+    cache = layer.make_cache(-(-n // layer.block_size))
+    blocks = list(range(cache.num_blocks))
+    layer.write_kv(k, v, cache, attn.BatchMetadata(context_lens=[0], query_lens=[n], block_ids=[blocks], cache=cache))
+    md = attn.BatchMetadata(context_lens=[n - 4], query_lens=[4], block_ids=[blocks], cache=cache)
+    out = np.asarray(layer.forward(q, cache, md)).astype(np.float64)
+    exact = reference_attention(q.astype(np.float64), [k.astype(np.float64)], [v.astype(np.float64)], query_lens=[4],
+                                seq_lens=[n], scale=layer.scale)
+    return (out * exact).sum(-1) / np.linalg.norm(out, axis=-1) / np.linalg.norm(exact, axis=-1)

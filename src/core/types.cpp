@@ -88,6 +88,16 @@ bool has_token_head_scales(KVCacheDType k) {
          k == KVCacheDType::int4_per_token_head;
 }
 
+bool is_nvfp4(KVCacheDType k) { return k == KVCacheDType::nvfp4 || k == KVCacheDType::nvfp4_4over6; }
+
+std::string kv_width_unmet(KVCacheDType k, int32_t width) {
+  const std::string name(to_string(k));
+  if (k == KVCacheDType::int4_per_token_head && !(width >= 2 && (width & (width - 1)) == 0))
+    return "a power of two for kv_cache_dtype " + name + " (its Hadamard rotation)";
+  if (is_nvfp4(k) && width % 16 != 0) return "a multiple of 16 for kv_cache_dtype " + name + " (a block scale per 16 values)";
+  return {};
+}
+
 const std::vector<KVCacheDType>& per_element_kv_cache_dtypes() {
   using K = KVCacheDType;
   static const std::vector<K> v = {K::auto_, K::float16, K::bfloat16, K::fp8, K::fp8_e4m3, K::fp8_e5m2, K::fp8_inc,
@@ -112,9 +122,11 @@ DType kv_storage_dtype(KVCacheDType k, DType model) {
     // int4_per_token_head: two 4-bit codes per byte (vLLM allocates torch.uint8); attn's byte
     // storage is int8 (KVCacheSpec::stored_width halves the row).
     case KVCacheDType::int4_per_token_head: return DType::int8;
+    // nvfp4: bytes too (vLLM: torch.uint8), each row its e2m1 codes then its e4m3 block scales.
+    case KVCacheDType::nvfp4: case KVCacheDType::nvfp4_4over6: return DType::int8;
     default:
       throw Error("kv_cache_dtype=" + std::string(to_string(k)) +
-                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, int8_per_token_head, fp8_per_token_head, int4_per_token_head, fp8_ds_mla (MLA)");
+                  " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, int8_per_token_head, fp8_per_token_head, int4_per_token_head, nvfp4, nvfp4_4over6, fp8_ds_mla (MLA)");
   }
 }
 

@@ -198,6 +198,80 @@ void store_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, 
 
 }  // namespace int4_head
 
+namespace nvfp4 {
+uint8_t e2m1_code(float x) {
+  // The boundaries of cvt.rn.satfinite.e2m1: a tie goes to the even code (0.25 -> 0, 0.75 -> 1,
+  // 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); the sign stays, zero included.
+  const float a = std::fabs(x);
+  const uint8_t m = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
+  return uint8_t(m | (std::signbit(x) ? 8 : 0));
+}
+
+namespace {
+/// One candidate block scale (vLLM's nvfp4_candidate_scale): the stored e4m3 byte and the factor
+/// values are multiplied by before rounding to e2m1 (0 when the scale is 0).
+struct Candidate {
+  uint8_t sf;
+  float out;
+};
+Candidate candidate(float inv_g, float vmax, float denominator) {
+  const uint8_t sf = f32_to_fp8_e4m3(inv_g * (vmax * (1.0f / denominator)));
+  const float v = fp8_e4m3_to_f32(sf);
+  return {sf, v != 0.0f ? 1.0f / (v * (1.0f / inv_g)) : 0.0f};
+}
+/// Squared error of 16 values reconstructed under candidate c (vLLM's reconstruction error).
+float reconstruction_error(const float* x, Candidate c) {
+  float e = 0.0f;
+  const float back = c.out != 0.0f ? 1.0f / c.out : 0.0f;
+  for (int i = 0; i < kGroup; ++i) {
+    const float d = c.out == 0.0f ? x[i] : e2m1_value(e2m1_code(x[i] * c.out)) * back - x[i];
+    e += d * d;
+  }
+  return e;
+}
+}  // namespace
+
+int64_t quantize(const float* x, int32_t n, float inv_g, bool four_over_six, uint8_t* row, int64_t* nonfinite) {
+  uint8_t* scales = row + n / 2;
+  int64_t saturated = 0;
+  for (int32_t g = 0; g < n / kGroup; ++g) {
+    const float* v = x + g * kGroup;
+    uint8_t* codes = row + g * kGroup / 2;
+    float vmax = 0.0f;
+    int bad = 0;
+    for (int i = 0; i < kGroup; ++i) {
+      bad += !std::isfinite(v[i]);
+      vmax = std::max(vmax, std::fabs(v[i]));
+    }
+    if (bad) {
+      if (nonfinite) *nonfinite += bad;
+      scales[g] = kNanScale;
+      std::memset(codes, 0, kGroup / 2);
+      continue;
+    }
+    Candidate c = candidate(inv_g, vmax, 6.0f);
+    if (four_over_six) {
+      const Candidate c4 = candidate(inv_g, vmax, 4.0f);
+      if (reconstruction_error(v, c4) < reconstruction_error(v, c)) c = c4;
+    }
+    scales[g] = c.sf;
+    if (c.sf == 0x7E)  // the largest scale (448): values beyond 6 of it are clamped
+      for (int i = 0; i < kGroup; ++i) saturated += std::fabs(v[i] * c.out) > 6.0f;
+    for (int i = 0; i < kGroup; i += 2)
+      codes[i / 2] = uint8_t(e2m1_code(v[i] * c.out) | (e2m1_code(v[i + 1] * c.out) << 4));
+  }
+  return saturated;
+}
+
+void dequantize(const uint8_t* row, int32_t n, float* dst) {
+  const uint8_t* scales = row + n / 2;
+  for (int32_t i = 0; i < n; ++i) {
+    const int code = (row[i / 2] >> (4 * (i & 1))) & 0xF;
+    dst[i] = e2m1_value(code) * fp8_e4m3_to_f32(scales[i / kGroup]);
+  }
+}
+}  // namespace nvfp4
+
 std::string_view to_string(KVLayout l) {
   switch (l) {
     case KVLayout::NHD: return "NHD";
@@ -223,9 +297,15 @@ constexpr SizeNeed kPairSizeNeeds[] = {
     {"block_size", [](const KVCacheSpec& s) { return s.block_size; }, 16, "a multiple of 16 for the HND_PAIRS layout"},
 };
 
+/// HND_PAIRS orders single values; an nvfp4 row's codes and block scales stay together.
+/// (validate refuses the pair first, naming the layout; layout_fits_sizes sends it to `otherwise`.)
+constexpr SizeNeed kNvfp4PairNeed = {"layout", [](const KVCacheSpec&) { return 1; }, 2,
+                                     "a cache other than nvfp4 for the HND_PAIRS layout (nvfp4 rows keep NHD or HND)"};
+
 /// The first size need of `s`'s layout that `s` misses; null when its sizes fit.
 const SizeNeed* unmet_size_need(const KVCacheSpec& s) {
   if (s.layout != KVLayout::HND_PAIRS) return nullptr;
+  if (s.nvfp4()) return &kNvfp4PairNeed;
   for (const SizeNeed& n : kPairSizeNeeds)
     if (n.value(s) % n.multiple != 0) return &n;
   return nullptr;
@@ -259,7 +339,7 @@ void KVCacheSpec::validate() const {
   check_heads("num_kv_heads", num_kv_heads);
   check_head_size("head_size", head_size);
   check_head_size("head_size_v", head_size_v, 0);
-  require(dtype != DType::int32 && dtype != DType::int64 && (dtype != DType::int8 || token_scales()), "cache dtype",
+  require(dtype != DType::int32 && dtype != DType::int64 && (dtype != DType::int8 || token_scales() || nvfp4()), "cache dtype",
           attn::to_string(dtype), "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (int8: int8_per_token_head caches)");
   if (token_scales()) {
     const std::string what = " for kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype));
@@ -279,11 +359,14 @@ void KVCacheSpec::validate() const {
     require(v_width() == ds_mla::kRank, "head_size_v", head_size_v, std::to_string(ds_mla::kRank) + what);
     require(dtype == DType::fp8_e4m3, "cache dtype", attn::to_string(dtype), "fp8_e4m3 (one element per entry byte)" + what);
   }
-  if (int4()) {
-    const std::string what = " for kv_cache_dtype int4_per_token_head (its Hadamard rotation)";
-    auto pow2 = [](int32_t w) { return w >= 2 && (w & (w - 1)) == 0; };
-    require(pow2(head_size), "head_size", head_size, "a power of two" + what);
-    require(pow2(v_width()), "head_size_v", v_width(), "a power of two" + what);
+  // The format's own width rule (int4: powers of two; nvfp4: multiples of 16).
+  if (const std::string want = kv_width_unmet(kv_cache_dtype, head_size); !want.empty()) fail_check("head_size", head_size, want);
+  if (const std::string want = kv_width_unmet(kv_cache_dtype, v_width()); !want.empty()) fail_check("head_size_v", v_width(), want);
+  if (nvfp4()) {
+    const std::string what = " for kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype));
+    require(dtype == DType::int8, "cache dtype", attn::to_string(dtype), "int8 (bytes of codes and block scales)" + what);
+    require(layout == KVLayout::NHD || layout == KVLayout::HND, "layout", attn::to_string(layout),
+            "NHD or HND" + what + " (a row keeps its codes and block scales together)");
   }
   if (const SizeNeed* n = unmet_size_need(*this)) fail_check(n->argument, n->value(*this), n->expected);
 }
@@ -384,8 +467,8 @@ KVCache::KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> alloc
     init_scales();
     return;
   }
-  require(!spec.token_scales(), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype),
-          "a dtype without per-token-head scales for a device cache (they are served on the CPU)");
+  require(!spec.token_scales() && !spec.nvfp4(), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype),
+          "a dtype without per-token-head or block scales for a device cache (they are served on the CPU)");
   k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
   v_scales_ = k_scales_;
   device_ = DeviceMemory(allocator, std::size_t(bytes));
@@ -459,6 +542,8 @@ PagedKV KVCache::view() const {
   v.ds_mla = is_ds_mla(spec_);
   v.k_token_scales = k_token_scales_, v.v_token_scales = v_token_scales_;
   v.int4 = spec_.int4();
+  v.nvfp4 = spec_.nvfp4();
+  v.nvfp4_four_over_six = spec_.kv_cache_dtype == KVCacheDType::nvfp4_4over6;
   return v;
 }
 
@@ -627,6 +712,20 @@ void KVCache::fill(float value) {
       return;
     }
     value = 1.0f;
+  }
+  if (spec_.nvfp4()) {  // every code 1.0 and every block scale e4m3(value): a NaN poison reads NaN
+    const PagedKV pv = view();
+    for (bool is_v : {false, true}) {
+      const int32_t w = is_v ? spec_.v_width() : spec_.head_size;
+      uint8_t row[nvfp4::row_bytes(limits::kMaxHeadSize)];
+      std::memset(row, 0x22, std::size_t(w / 2));
+      std::memset(row + w / 2, f32_to_fp8_e4m3(value), std::size_t(w / nvfp4::kGroup));
+      for (int32_t b = 0; b < spec_.num_blocks; ++b)
+        for (int32_t h = 0; h < spec_.num_kv_heads; ++h)
+          for (int32_t t = 0; t < spec_.block_size; ++t)
+            std::memcpy(static_cast<char*>(pv.base) + kv_element_offset(pv, b, t, h, 0, is_v), row, std::size_t(nvfp4::row_bytes(w)));
+    }
+    return;
   }
   if (strided()) {  // only the elements the cache addresses: the memory between may be the engine's
     const PagedKV pv = view();

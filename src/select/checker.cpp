@@ -117,13 +117,11 @@ std::vector<Reason> check_capabilities(const Capabilities& caps, const LayerConf
   r.add_if(!contains(caps.dtypes, c.dtype), ReasonField::dtype, std::string(to_string(c.dtype)), "one of " + names(caps.dtypes));
   r.add_if(!contains(caps.kv_cache_dtypes, c.kv_cache_dtype), ReasonField::kv_cache_dtype, std::string(to_string(c.kv_cache_dtype)),
            "one of " + names(caps.kv_cache_dtypes));
-  // A format's own size rule (KVCacheSpec::validate): int4_per_token_head rotates each vector by a
-  // Walsh-Hadamard transform, which takes power-of-two widths only.
-  if (c.kv_cache_dtype == KVCacheDType::int4_per_token_head && contains(caps.kv_cache_dtypes, c.kv_cache_dtype)) {
-    auto pow2 = [](int w) { return w >= 2 && (w & (w - 1)) == 0; };
-    const std::string why = "a power of two for kv_cache_dtype int4_per_token_head (its Hadamard rotation)";
-    r.add_if(!pow2(c.head_size), ReasonField::head_size, std::to_string(c.head_size), why);
-    r.add_if(pow2(c.head_size) && !pow2(hv), ReasonField::head_size_v, std::to_string(hv), why);
+  // A format's own width rule (the one KVCacheSpec::validate applies), for backends that declare it.
+  if (contains(caps.kv_cache_dtypes, c.kv_cache_dtype)) {
+    const std::string k_want = kv_width_unmet(c.kv_cache_dtype, c.head_size), v_want = kv_width_unmet(c.kv_cache_dtype, hv);
+    r.add_if(!k_want.empty(), ReasonField::head_size, std::to_string(c.head_size), k_want);
+    r.add_if(k_want.empty() && !v_want.empty(), ReasonField::head_size_v, std::to_string(hv), v_want);
   }
   r.add_if(c.block_size != 0 && !caps.block_sizes.allows(c.block_size), ReasonField::block_size, std::to_string(c.block_size),
            caps.block_sizes.describe());

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -123,9 +124,10 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     EXPECT_FALSE(j[k + "_instruction"].get<std::string>().empty()) << c;
     EXPECT_GE(j[k + ".p90"].get<double>(), j[k + ".p50"].get<double>()) << c;
   }
-  // Two all-thread reads before and two after each of the five decode shapes (bf16, fp8, int8, fp8
-  // and int4 per token head) join the start's samples.
-  EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * 5);
+  // Two all-thread reads before and two after each of the seven decode shapes (bf16, fp8, int8, fp8
+  // and int4 per token head, nvfp4 and nvfp4_4over6) join the start's samples.
+  const std::vector<std::string> quantized = {"fp8", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head", "nvfp4", "nvfp4_4over6"};
+  EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * int(1 + quantized.size()));
   EXPECT_EQ(j["ceiling.dram_read.p50"].get<double>(), dram);
   EXPECT_FALSE(j["ceiling.cpu"].get<std::string>().empty());
   const double scaling = j["ceiling.core_scaling"].get<double>();
@@ -134,8 +136,10 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
   const double peak = std::max(j["ceiling.fp32_fma_gflops"].get<double>(), j["ceiling.bf16_dot_gflops"].get<double>());
   EXPECT_DOUBLE_EQ(j["ceiling.matmul_peak_gflops"].get<double>(), peak);
 
-  const std::string base = "llama8b_decode_b1_ctx4096", bf16 = base + "_bf16", fp8 = base + "_fp8";
-  for (const std::string& s : {bf16, fp8, base + "_int8_per_token_head", base + "_fp8_per_token_head", base + "_int4_per_token_head"}) {
+  const std::string base = "llama8b_decode_b1_ctx4096", bf16 = base + "_bf16";
+  std::vector<std::string> shapes = {bf16};
+  for (const std::string& dt : quantized) shapes.push_back(base + "_" + dt);
+  for (const std::string& s : shapes) {
     SCOPED_TRACE(s);
     EXPECT_EQ(j[s + ".pool"], j["ceiling.pool"]);
     EXPECT_GE(j[s + ".instances"].get<int>(), 2);  // a call never re-reads the previous call's KV
@@ -145,7 +149,7 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     EXPECT_NEAR(j[s + ".fraction_of_dram_p90"].get<double>(),
                 j[s + ".kv_gbs"].get<double>() / j["ceiling.dram_read.p90"].get<double>(), 1e-9);
   }
-  for (const std::string dt : {"fp8", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"})
+  for (const std::string& dt : quantized)
     EXPECT_NEAR(j[base + "." + dt + "_vs_bf16"].get<double>(), j[base + "_" + dt + ".ms"].get<double>() / j[bf16 + ".ms"].get<double>(), 1e-9);
   const std::string prefill = "llama8b_prefill_512_bf16";
   if (peak > 0) {

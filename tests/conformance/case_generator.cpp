@@ -292,6 +292,41 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
       });
     }
   }
+  // nvfp4 / nvfp4_4over6: heads of 16s (a block scale per 16 values), every io dtype, GQA 8:2,
+  // per-head global scales, and a long context with a window and sinks.
+  for (KVCacheDType k : {KVCacheDType::nvfp4, KVCacheDType::nvfp4_4over6}) {
+    if (!contains(caps.kv_cache_dtypes, k)) continue;
+    std::vector<int> sixteens;
+    for (int h : {16, 64, 80, 128, 256})
+      if (caps.head_sizes.allows(h)) sixteens.push_back(h);
+    if (sixteens.empty()) continue;
+    const std::string name(to_string(k));
+    for (std::size_t i = 0; i < dtypes.size(); ++i) {
+      add(name + " " + std::string(to_string(dtypes[i])), [&](CaseSpec& s) {
+        s.config.kv_cache_dtype = k;
+        s.config.dtype = dtypes[i];
+        s.config.num_heads = 8;
+        s.config.head_size = sixteens[(i + out.size()) % sixteens.size()];
+      });
+      if (quick) break;
+    }
+    if (caps.per_head_quant_scales)
+      add(name + " per-head global scales", [&](CaseSpec& s) {
+        s.config.kv_cache_dtype = k;
+        s.config.head_size = sixteens.front();
+        s.config.use_per_head_quant_scales = true;
+        s.per_head_scales = true;
+      });
+    const int window = std::uniform_int_distribution<int>(40, 1500)(rng);
+    add(name + " long, window, sinks", [&](CaseSpec& s) {
+      s.config.kv_cache_dtype = k;
+      s.config.dtype = contains(dtypes, DType::bfloat16) ? DType::bfloat16 : dtypes.front();
+      s.config.head_size = sixteens.back();
+      if (caps.sliding_window) s.config.sliding_window = window;
+      if (caps.sinks) s.config.has_sink = true;
+      s.seqs = beyond_one_split(rng, false);
+    });
+  }
   if (caps.batch_invariance) add("use_batch_invariant", [](CaseSpec& s) { s.config.use_batch_invariant = true; });
   if (caps.sinks && caps.sliding_window && caps.soft_cap)
     add("sinks+window+soft_cap (gpt-oss / gemma style)", [](CaseSpec& s) {

@@ -125,7 +125,7 @@ TEST(SelectorErrors, ForcedBackendForAnotherPlatform) {
 TEST(SelectorErrors, NoValidBackendListsEveryCandidateWithItsReasons) {
   LayerConfig cfg = synthetic_layer(test::kSyntheticHeadBase + 3);
   cfg.use_mm_prefix = true;
-  cfg.kv_cache_dtype = KVCacheDType::nvfp4;
+  cfg.kv_cache_dtype = KVCacheDType::fp8_ds_mla;  // an MLA format on a non-MLA layer
   const Decision d = explain(cfg, no_env());
   ASSERT_TRUE(d.backend.empty());
   ASSERT_FALSE(d.candidates.empty());
@@ -140,7 +140,7 @@ TEST(SelectorErrors, NoValidBackendListsEveryCandidateWithItsReasons) {
     EXPECT_FALSE(c.reasons.empty()) << c.backend;
     EXPECT_NE(msg.find(c.backend + ": " + reasons_text(c.reasons)), std::string::npos) << c.backend << "\n" << msg;
   }
-  EXPECT_NE(msg.find("reference: [kv_cache_dtype=nvfp4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reference: [kv_cache_dtype=fp8_ds_mla"), std::string::npos) << msg;
 }
 
 TEST(SelectorErrors, NoValidBackendOnACudaPlanningTarget) {

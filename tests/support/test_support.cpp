@@ -169,7 +169,8 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
   // Per-tensor / per-head fp8 scales; per-token-head caches (token) compute their own as written.
   const bool token = cs.token_scales();
   const bool fp8 = (cs.dtype == DType::fp8_e4m3 || cs.dtype == DType::fp8_e5m2) && !token;
-  if (fp8) {
+  const bool nvfp4 = cs.nvfp4();  // block scales per 16 values under the per-tensor / per-head global scales
+  if (fp8 || nvfp4) {
     const float base = spec.value_range / 100.0f;  // values land well inside the fp8 range
     std::vector<float> ks(spec.per_head_scales ? std::size_t(Hkv) : 1), vs(ks.size());
     for (std::size_t h = 0; h < ks.size(); ++h) {
@@ -214,8 +215,23 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
       const float sc = token_head::quantize(row.data(), n, cs.dtype, codes.data(), nullptr);
       for (int x = 0; x < n; ++x) dst[x] = double(load_as_float(codes.data(), cs.dtype, x)) * sc;
     };
+    // An nvfp4 vector as the cache holds it: the one quantizer (nvfp4::quantize, which write_kv
+    // calls), dequantized, times the global scale.
+    auto nvfp4_row = [&](const Buffer& src, int64_t first, int n, float g, double* dst) {
+      std::vector<float> row(static_cast<std::size_t>(n));
+      std::vector<uint8_t> bytes(static_cast<std::size_t>(nvfp4::row_bytes(n)));
+      for (int x = 0; x < n; ++x) row[std::size_t(x)] = load_as_float(src.data(), io, first + x);
+      nvfp4::quantize(row.data(), n, 1.0f / g, cs.kv_cache_dtype == KVCacheDType::nvfp4_4over6, bytes.data(), nullptr);
+      nvfp4::dequantize(bytes.data(), n, row.data());
+      for (int x = 0; x < n; ++x) dst[x] = double(row[std::size_t(x)]) * g;
+    };
     for (int t = 0; t < len; ++t)
       for (int h = 0; h < Hkv; ++h) {
+        if (nvfp4 && t >= first_new) {
+          nvfp4_row(k, (int64_t(t) * Hkv + h) * D, D, c.cache->k_scales()[std::size_t(h)], &dk[(std::size_t(t) * Hkv + h) * D]);
+          nvfp4_row(v, (int64_t(t) * Hkv + h) * Dv, Dv, c.cache->v_scales()[std::size_t(h)], &dv[(std::size_t(t) * Hkv + h) * Dv]);
+          continue;
+        }
         if (token && t >= first_new) {
           token_row(k, (int64_t(t) * Hkv + h) * D, D, &dk[(std::size_t(t) * Hkv + h) * D]);
           token_row(v, (int64_t(t) * Hkv + h) * Dv, Dv, &dv[(std::size_t(t) * Hkv + h) * Dv]);

@@ -90,10 +90,11 @@ TEST(Types, KvStorageDType) {
 }
 
 TEST(Types, KvStorageDTypeRejectsNamesWithoutDenseStorage) {
-  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::nvfp4, DType::bfloat16); },
-                           {"kv_cache_dtype=nvfp4", "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"}));
   EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::turboquant_4bit_nc, DType::bfloat16); },
-                           {"kv_cache_dtype=turboquant_4bit_nc"}));
+                           {"kv_cache_dtype=turboquant_4bit_nc", "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"}));
+  // nvfp4: bytes of e2m1 codes and e4m3 block scales (it used to throw).
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::nvfp4, DType::bfloat16), DType::int8);
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::nvfp4_4over6, DType::float32), DType::int8);
 }
 
 TEST(Types, AttnTypesRoundTripAndErrorsListValues) {

@@ -65,6 +65,9 @@ std::vector<Shape> shapes() {
   Shape int4{"int4 per-token-head x64", gqa(8, 2, 64, attn::DType::bfloat16)};
   int4.config.kv_cache_dtype = attn::KVCacheDType::int4_per_token_head;
   out.push_back(int4);
+  Shape nvfp4{"nvfp4_4over6 x128", gqa(8, 2, 128, attn::DType::bfloat16)};
+  nvfp4.config.kv_cache_dtype = attn::KVCacheDType::nvfp4_4over6;
+  out.push_back(nvfp4);
   Shape enc{"encoder_only x64", gqa(4, 4, 64, attn::DType::bfloat16)};
   enc.config.attn_type = attn::AttnType::encoder_only;
   out.push_back(enc);

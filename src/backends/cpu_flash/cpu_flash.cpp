@@ -83,7 +83,9 @@ class CpuFlashImpl final : public AttentionImpl {
     float* partials = reinterpret_cast<float*>(ws);
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
-    const ItemFn decode = decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr, a.int4);
+    // nvfp4 rows go through the general kernel, which unpacks them (the decode kernels read rows as stored).
+    const ItemFn decode = a.kv.nvfp4 ? nullptr
+                                     : decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr, a.int4);
     const int threads = cpu::team_size(params_.num_threads);
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
@@ -116,8 +118,8 @@ class CpuFlashImpl final : public AttentionImpl {
     const LayerConfig& c = params_.config;
     KernelArgs a;
     a.q_dtype = c.dtype;
-    // int4 codes are unpacked per chunk into bf16 rows (exact), which the bf16 kernels read.
-    a.kv_type = spec.int4() ? KvType::bf16 : kv_type_of(spec.dtype);
+    // int4 and nvfp4 codes are unpacked per chunk into bf16 rows (exact), which the bf16 kernels read.
+    a.kv_type = spec.int4() || spec.nvfp4() ? KvType::bf16 : kv_type_of(spec.dtype);
     a.kv_elem_bytes = int64_t(dtype_size(spec.dtype));
     a.token_scales = spec.token_scales();
     a.int4 = spec.int4();
@@ -148,6 +150,8 @@ BackendDescriptor cpu_flash_descriptor() {
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
   c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);  // in the rotated space (power-of-two heads)
+  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4);                // rows unpacked to bf16 (heads of 16k)
+  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4_4over6);
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;

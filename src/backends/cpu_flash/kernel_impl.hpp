@@ -20,6 +20,7 @@
 #include "attn/tensor.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
+#include "backends/cpu_flash/nvfp4_unpack.hpp"
 #include "backends/cpu_flash/kernel_args.hpp"
 
 namespace attn::cpu_flash::ATTN_CF_NS {
@@ -182,9 +183,11 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   float* obuf = sc.o.data();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t row_bytes = int64_t(d) * eb, vrow_bytes = int64_t(dv) * eb;
-  // Cache bytes per element and per row (int4: bytes of two codes; its rows are unpacked to bf16).
-  const int64_t ceb = a.int4 ? 1 : eb;
-  const int64_t stored_row = a.int4 ? d / 2 : row_bytes, stored_vrow = a.int4 ? dv / 2 : vrow_bytes;
+  // Cache bytes per element and per row (int4: bytes of two codes; nvfp4: codes and block scales;
+  // both are unpacked to bf16 rows).
+  const int64_t ceb = a.int4 || a.kv.nvfp4 ? 1 : eb;
+  const int64_t stored_row = a.int4 ? d / 2 : a.kv.nvfp4 ? nvfp4::row_bytes(d) : row_bytes;
+  const int64_t stored_vrow = a.int4 ? dv / 2 : a.kv.nvfp4 ? nvfp4::row_bytes(dv) : vrow_bytes;
   auto prefetch_rows = [&](int32_t k0, int32_t k1) {  // software prefetch of keys [k0, k1)
     for (int32_t key = k0; key < k1; ++key) {
       const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
@@ -196,8 +199,9 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   };
 
   // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows; int4
-  // caches are unpacked into bf16 rows of code − zero point (kv_type bf16 for them).
-  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4;
+  // caches are unpacked into bf16 rows of code − zero point, nvfp4 ones into bf16 rows of e2m1 ·
+  // block scale (kv_type bf16 for both).
+  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4 || a.kv.nvfp4;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
@@ -219,6 +223,15 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
           unpack_int4(kc, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
           unpack_int4(vc, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
           kts[j] = int4_head::scale_of(kts[j]), vts[j] = int4_head::scale_of(vts[j]);
+          kp[j] = kr, vp[j] = kr + row_bytes;
+          continue;
+        }
+      if constexpr (T == KvType::bf16)
+        if (a.kv.nvfp4) {
+          char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
+          const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
+          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e), d, reinterpret_cast<uint16_t*>(kr));
+          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e + a.kv.v_offset), dv, reinterpret_cast<uint16_t*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;
         }

@@ -15,6 +15,7 @@
 #include "backends/cpu_flash/simd_avx512.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
+#include "backends/cpu_flash/nvfp4_unpack.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -107,6 +108,12 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
         const float stored = (is_v ? a.kv.v_token_scales : a.kv.k_token_scales)[token_scale_index(a.kv, b, t, job.kv_head)];
         int4_head::load_vector(a.kv, b, t, job.kv_head, is_v, n_el, codes);
         ATTN_CF_NS::unpack_int4(codes, n_el, int4_head::zero_point(stored), reinterpret_cast<uint16_t*>(gathered));
+        return gathered;
+      }
+    if constexpr (T == KvType::bf16)
+      if (a.kv.nvfp4) {  // e2m1 · block scale as a bf16 row (the global scale is the tile's)
+        ATTN_CF_NS::unpack_nvfp4(reinterpret_cast<const uint8_t*>(base) + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v),
+                                 is_v ? dv : d, reinterpret_cast<uint16_t*>(gathered));
         return gathered;
       }
     if (a.kv.layout != KVLayout::HND_PAIRS) return base + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v) * kv_bytes<T>();

@@ -97,6 +97,15 @@ class ReferenceImpl final : public AttentionImpl {
             int4_head::unrotate(k, d), int4_head::unrotate(v, dv);
             continue;
           }
+          if (kv.nvfp4) {  // e2m1 codes times their block scales, then the global scale
+            float* k = K + std::size_t(t) * d;
+            float* v = V + std::size_t(t) * dv;
+            nvfp4::dequantize(reinterpret_cast<const uint8_t*>(base) + kv_element_offset(kv, b, bt, kh, 0, false), d, k);
+            nvfp4::dequantize(reinterpret_cast<const uint8_t*>(base) + kv_element_offset(kv, b, bt, kh, 0, true), dv, v);
+            for (int i = 0; i < d; ++i) k[i] *= ks;
+            for (int i = 0; i < dv; ++i) v[i] *= vs;
+            continue;
+          }
           for (int i = 0; i < d; ++i)
             K[std::size_t(t) * d + i] = load_as_float(base, kv.dtype, kv_element_offset(kv, b, bt, kh, i, false)) * ks;
           for (int i = 0; i < dv; ++i)
@@ -167,6 +176,8 @@ BackendDescriptor reference_descriptor() {
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
   c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);
+  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4);
+  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4_4over6);
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;

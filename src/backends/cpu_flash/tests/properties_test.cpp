@@ -169,7 +169,9 @@ TEST(CpuFlashCapabilities, DeclaredExactly) {
     EXPECT_TRUE(check_capabilities(desc->caps, c, cpu).empty()) << "head_size " << d;
   }
   EXPECT_EQ(reasons_for([](LayerConfig& c) { c.head_size_v = 64; }), V{"head_size_v"});
-  EXPECT_EQ(reasons_for([](LayerConfig& c) { c.kv_cache_dtype = KVCacheDType::nvfp4; }), V{"kv_cache_dtype"});
+  EXPECT_EQ(reasons_for([](LayerConfig& c) { c.kv_cache_dtype = KVCacheDType::fp8_ds_mla; }), V{"kv_cache_dtype"});
+  EXPECT_TRUE(reasons_for([](LayerConfig& c) { c.kv_cache_dtype = KVCacheDType::nvfp4; }).empty());
+  EXPECT_EQ(reasons_for([](LayerConfig& c) { c.kv_cache_dtype = KVCacheDType::nvfp4, c.head_size = 72; }), V{"head_size"});
   EXPECT_TRUE(reasons_for([](LayerConfig& c) { c.head_size = 72; }).empty());
   EXPECT_TRUE(reasons_for([](LayerConfig& c) { c.block_size = 7; }).empty());
   EXPECT_TRUE(reasons_for([](LayerConfig& c) {

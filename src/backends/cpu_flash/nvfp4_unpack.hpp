@@ -1,0 +1,49 @@
+#pragma once
+/// nvfp4 rows (e2m1 codes and e4m3 block scales, see attn::nvfp4) unpacked to bf16 rows of
+/// e2m1 · block scale: exact (2 + 4 significant bits fit bf16's 8), so the bf16 kernels read them
+/// with the cache's global scale on scores and outputs like any per-tensor scale. Compiled per ISA
+/// inside the including file's namespace (ATTN_CF_NS), like the kernels that include it.
+#include <cstdint>
+#include <cstring>
+
+#include "attn/kv_cache.hpp"
+#include "attn/numeric.hpp"
+
+#if defined(__AVX512BW__)
+#include "cpu/x86_intrinsics.hpp"
+#endif
+
+namespace attn::cpu_flash::ATTN_CF_NS {
+
+/// n values (a multiple of 16) of one stored row to bf16 bits.
+inline void unpack_nvfp4(const uint8_t* row, int n, uint16_t* dst) {
+  const uint8_t* scales = row + n / 2;
+#if defined(__AVX512BW__)
+  // One block of 16: its 8 code bytes split into nibbles in element order (low nibble first),
+  // widened to dword indices of the 16 e2m1 values, times the block scale; the products are exact
+  // in fp32 and in bf16, so the bf16 bits are the fp32 bits' upper half.
+  static const struct Table {
+    alignas(64) float v[16];
+    Table() {
+      for (int c = 0; c < 16; ++c) v[c] = nvfp4::e2m1_value(c);
+    }
+  } table;
+  const __m512 values = _mm512_load_ps(table.v);
+  const __m128i low = _mm_set1_epi8(0x0F);
+  for (int g = 0; g < n / nvfp4::kGroup; ++g) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + g * 8));
+    const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+    const __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), values), _mm512_set1_ps(fp8_e4m3_to_f32(scales[g])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+  }
+#else
+  for (int i = 0; i < n; ++i) {
+    const float v = nvfp4::e2m1_value((row[i / 2] >> (4 * (i & 1))) & 0xF) * fp8_e4m3_to_f32(scales[i / nvfp4::kGroup]);
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    dst[i] = uint16_t(u >> 16);
+  }
+#endif
+}
+
+}  // namespace attn::cpu_flash::ATTN_CF_NS
