@@ -186,6 +186,46 @@ int64_t quantize(const float* x, int32_t n, float inv_g, bool four_over_six, uin
 void dequantize(const uint8_t* row, int32_t n, float* dst);
 }  // namespace nvfp4
 
+/// turboquant_k8v4 / _4bit_nc / _k3v4_nc / _3bit_nc, vLLM's TurboQuant cache
+/// (vllm/model_executor/layers/quantization/turboquant/, vllm/v1/attention/ops/triton_turboquant_store.py,
+/// vllm/v1/attention/backends/turboquant_attn.py): one slot per (token, KV head) holds K then V.
+/// K, 3 or 4 bits: norm = |x| (stored fp16), y = H·(x / (norm + 1e-8)) with H the orthonormal
+/// Sylvester Hadamard matrix (d a power of two), each y_i stored as the index of its Lloyd-Max
+/// centroid for N(0, 1/d) (vLLM's solver; bucketized at the midpoints); read back as norm · c / |c|
+/// in the rotated space ("norm correction"), where the query is rotated once. K, 8 bits: e4m3 codes
+/// of x (no scale). V, 3 or 4 bits: uniform over [min, max], scale = max((max − min) / (2^b − 1),
+/// 1e-8), code = trunc((v − min) / scale + 0.5) clamped, scale and min stored fp16; read back code ·
+/// scale + min. Indices and codes: 4 bits two per byte (even dim low), 3 bits eight per 3 bytes
+/// (index i at bit 3i, little-endian). The slot is key bytes then value bytes, rounded up to even.
+namespace turboquant {
+struct Format {
+  int key_bits = 4;    // 8: e4m3 keys, no rotation; 3 / 4: centroid indices of the rotated unit vector
+  int value_bits = 4;  // 3 / 4
+  bool key_fp8() const { return key_bits == 8; }
+};
+/// The preset a turboquant_* name stands for (vLLM's TQ_PRESETS; the 3 / 4-bit key presets all
+/// renormalize the centroid vector).
+Format format_of(KVCacheDType k);
+int32_t key_bytes(const Format& f, int32_t d);    // fp8: d; else ceil(d · bits / 8) + 2 (the norm)
+int32_t value_bytes(const Format& f, int32_t d);  // ceil(d · bits / 8) + 4 (scale, min)
+int32_t slot_bytes(const Format& f, int32_t d);   // key + value bytes, rounded up to even
+/// The 2^bits Lloyd-Max centroids for N(0, 1/d), ascending (vLLM's solve_lloyd_max, the same
+/// double arithmetic, then float32), and the float32 midpoints between neighbours. Computed once.
+const float* centroids(int32_t d, int bits);
+const float* midpoints(int32_t d, int bits);
+/// x = H·x / √d in place (H·H = d·I: its own inverse), d a power of two.
+void rotate(float* x, int32_t d);
+/// One vector into a slot's K part (`dst`: key_bytes) or V part (value_bytes). A vector holding a
+/// NaN or an infinity reads NaN (NaN norm / scale) and is counted in `bad`; so are fp8 key values
+/// beyond ±448 (clamped).
+void quantize_key(const float* x, int32_t d, const Format& f, uint8_t* dst, int64_t* bad);
+void quantize_value(const float* x, int32_t d, const Format& f, uint8_t* dst, int64_t* bad);
+/// What the attention reads: K as norm · c / |c| in the rotated space (fp8: the e4m3 values), V
+/// as code · scale + min.
+void dequantize_key(const uint8_t* src, int32_t d, const Format& f, float* dst);
+void dequantize_value(const uint8_t* src, int32_t d, const Format& f, float* dst);
+}  // namespace turboquant
+
 struct KVCacheSpec {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
@@ -202,10 +242,18 @@ struct KVCacheSpec {
   bool int4() const { return kv_cache_dtype == KVCacheDType::int4_per_token_head; }
   /// nvfp4 / nvfp4_4over6: e2m1 codes and e4m3 block scales in each row (see nvfp4).
   bool nvfp4() const { return is_nvfp4(kv_cache_dtype); }
+  /// turboquant_*: one slot of K then V bytes per (token, KV head) (see turboquant); the shape is
+  /// vLLM's [num_blocks, num_kv_heads, block_size, slot] (HND) or [num_blocks, block_size,
+  /// num_kv_heads, slot] (NHD), no K / V dimension.
+  bool turboquant() const { return is_turboquant(kv_cache_dtype); }
   /// Stored elements of one K (is_v false) or V row: the width, halved for int4 caches, codes
-  /// plus block scales for nvfp4 ones (bytes).
+  /// plus block scales for nvfp4 ones, a slot's K or V part for turboquant ones (bytes).
   int32_t stored_width(bool is_v) const {
     const int32_t w = is_v ? v_width() : head_size;
+    if (turboquant()) {
+      const turboquant::Format f = turboquant::format_of(kv_cache_dtype);
+      return is_v ? turboquant::value_bytes(f, w) : turboquant::key_bytes(f, w);
+    }
     return int4() ? w / 2 : nvfp4() ? nvfp4::row_bytes(w) : w;
   }
   /// A per-token-head cache (see token_head): its scales are two more arrays beside the codes.
@@ -249,6 +297,10 @@ struct PagedKV {
   /// k_scales / v_scales are the global scales.
   bool nvfp4 = false;
   bool nvfp4_four_over_six = false;  // nvfp4_4over6: write_kv's block-scale search
+  /// turboquant caches (see turboquant): K at kv_element_offset(..., 0, false), V at v_offset
+  /// bytes after it in the same slot; `tq` is the preset.
+  bool turboquant = false;
+  turboquant::Format tq;
 };
 
 /// Where the scale of slot t of block b, KV head h, lies in k_token_scales / v_token_scales.
@@ -341,7 +393,9 @@ class KVCache {
   void write_validated(const TensorView& k, const TensorView& v, const BatchMetadata& md);
   /// fp8 caches: how many values every write() so far clamped to the fp8 range (±448 for e4m3),
   /// i.e. |value / scale| beyond it: a count that grows means the scales are too small.
-  /// Per-token-head caches: how many NaN / infinite values were written (their vectors read NaN).
+  /// Per-token-head and turboquant caches: how many NaN / infinite values were written (their
+  /// vectors read NaN; turboquant_k8v4 also counts keys clamped at ±448). nvfp4 caches: NaN /
+  /// infinite values (their blocks of 16 read NaN) and values clamped under a saturated block scale.
   int64_t saturated_values() const { return saturated_; }
   /// Per-token-head caches: the K and V scale arrays ([num_blocks][block_size][num_kv_heads] fp32
   /// each): attn's own, or the engine's after use_token_scales. Null for other caches.

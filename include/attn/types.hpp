@@ -37,10 +37,13 @@ bool has_token_head_scales(KVCacheDType k);
 /// nvfp4 and nvfp4_4over6: one layout (e2m1 codes with e4m3 block scales of 16 values), two ways
 /// of choosing the block scales as it is written.
 bool is_nvfp4(KVCacheDType k);
+/// The four turboquant_* presets (one slot of rotated, Lloyd-Max quantized K and uniform V).
+bool is_turboquant(KVCacheDType k);
 /// The rule a kv dtype's format puts on a K or V width, as an "expected ..." text, or empty when
 /// `width` meets it: int4_per_token_head rotates vectors by a Walsh-Hadamard transform (a power of
-/// two); nvfp4 scales each 16 values (a multiple of 16). KVCacheSpec::validate and the selector's
-/// checks both ask here.
+/// two); nvfp4 scales each 16 values (a multiple of 16); turboquant rotates its 3 / 4-bit keys by
+/// a Hadamard matrix (a power of two of at least 8) and packs 3-bit codes in eights (k8v4: even).
+/// KVCacheSpec::validate and the selector's checks both ask here.
 std::string kv_width_unmet(KVCacheDType k, int32_t width);
 /// Every name attn stores as one code per value (16-bit, fp8 with per-tensor / per-head scales,
 /// int8 / fp8 per token head): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
@@ -49,7 +52,8 @@ const std::vector<KVCacheDType>& per_element_kv_cache_dtypes();
 /// The storage dtype of a cache with this kv dtype for a model of dtype `model`
 /// ("auto" → model dtype, "fp8" and "fp8_per_token_head" → fp8_e4m3, "int8_per_token_head" →
 /// int8, "int4_per_token_head" → int8 bytes holding two codes each, "nvfp4" / "nvfp4_4over6" → int8
-/// bytes of codes and block scales). Throws for names attn stores no other way.
+/// bytes of codes and block scales, "turboquant_*" → int8 bytes of slots). Throws for names attn
+/// stores no other way.
 DType kv_storage_dtype(KVCacheDType k, DType model);
 
 /// Attention types (vLLM AttentionType values).

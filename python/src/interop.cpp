@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "attn/checked.hpp"
+#include "attn/limits.hpp"
 #include "bind.hpp"
 
 namespace attn::py {
@@ -44,7 +45,7 @@ nb::object cache_ndarray(nb::handle self) {
   require(!c.strided(), "cache", "strided (KVCache.from_views)", "a cache with attn's own layout: read the engine's tensors instead");
   std::vector<std::size_t> shape;
   for (int64_t d : c.spec().shape()) shape.push_back(std::size_t(d));
-  const nb::dlpack::dtype dt = c.spec().int4() || c.spec().nvfp4() ? dlpack_uint8() : dlpack_dtype(c.spec().dtype);
+  const nb::dlpack::dtype dt = c.spec().int4() || c.spec().nvfp4() || c.spec().turboquant() ? dlpack_uint8() : dlpack_dtype(c.spec().dtype);
   return nb::cast(nb::ndarray<nb::array_api>(c.data(), shape.size(), shape.data(), self, nullptr, dt, nb::device::cpu::value));
 }
 
@@ -291,19 +292,29 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
   KVCacheSpec spec;
   spec.dtype = dtype;
   spec.kv_cache_dtype = kv_cache_dtype_of(dtype, !k_scales.is_none() || !v_scales.is_none(), packed);
-  // uint8 bytes are int4_per_token_head codes unless the caller names nvfp4 (rows of codes and block scales).
-  const bool nvfp4 = !kv_cache_dtype.empty() && is_nvfp4(parse_kv_cache_dtype(kv_cache_dtype));
+  // uint8 bytes are int4_per_token_head codes unless the caller names nvfp4 (rows of codes and
+  // block scales) or a turboquant preset (slots of K then V).
+  const KVCacheDType named = kv_cache_dtype.empty() ? spec.kv_cache_dtype : parse_kv_cache_dtype(kv_cache_dtype);
+  const bool nvfp4 = is_nvfp4(named), tq = is_turboquant(named);
   if (!kv_cache_dtype.empty()) {
-    require(nvfp4 ? packed : parse_kv_cache_dtype(kv_cache_dtype) == spec.kv_cache_dtype, "kv_cache_dtype", kv_cache_dtype,
-            nvfp4 ? "a uint8 tensor for an nvfp4 cache (got " + describe_dtype(tensor) + ")"
-                  : "the tensor's own (" + std::string(to_string(spec.kv_cache_dtype)) + "), or nvfp4 / nvfp4_4over6 for a uint8 tensor");
-    if (nvfp4) spec.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
+    require(nvfp4 || tq ? packed : named == spec.kv_cache_dtype, "kv_cache_dtype", kv_cache_dtype,
+            nvfp4 || tq ? "a uint8 tensor for a " + kv_cache_dtype + " cache (got " + describe_dtype(tensor) + ")"
+                        : "the tensor's own (" + std::string(to_string(spec.kv_cache_dtype)) +
+                              "), or nvfp4 / nvfp4_4over6 / turboquant_* for a uint8 tensor");
+    spec.kv_cache_dtype = named;
   }
   spec.per_head_scales = per_head_scales;
-  const std::size_t want_ndim = layout == "MLA" ? 3 : 5;
+  const std::size_t want_ndim = layout == "MLA" ? 3 : tq ? 4 : 5;
   const std::string& shape = t.shape;
   spec.layout = kv_layout_from_name(layout);
-  if (spec.layout == KVLayout::MLA) {
+  if (tq) {  // vLLM's slots: [num_blocks, num_kv_heads, block_size, slot] (HND) or [num_blocks, block_size, num_kv_heads, slot]
+    const bool nhd = spec.layout == KVLayout::NHD;
+    require(a.ndim() == want_ndim, "tensor.shape", shape,
+            nhd ? "[num_blocks, block_size, num_kv_heads, slot_bytes] for layout='NHD'"
+                : "[num_blocks, num_kv_heads, block_size, slot_bytes] for layout='" + layout + "'");
+    spec.block_size = int32_t(a.shape(nhd ? 1 : 2));
+    spec.num_kv_heads = int32_t(a.shape(nhd ? 2 : 1));
+  } else if (spec.layout == KVLayout::MLA) {
     require(a.ndim() == want_ndim, "tensor.shape", shape, "[num_blocks, block_size, kv_lora_rank + rope] for layout='MLA'");
     spec.block_size = int32_t(a.shape(1));
     spec.num_kv_heads = 1;
@@ -317,7 +328,15 @@ nb::object cache_from_dlpack(nb::handle tensor, const std::string& layout, int32
   }
   spec.num_blocks = int32_t(a.shape(0));
   const int64_t last = int64_t(a.shape(a.ndim() - 1));
-  if (nvfp4) {  // n / 2 code bytes and n / 16 block scales: 9 bytes per 16 values
+  if (tq) {  // the largest head size whose slot is this wide (odd neighbours round to the same bytes)
+    const turboquant::Format f = turboquant::format_of(named);
+    int32_t d = limits::kMaxHeadSize;
+    while (d > 1 && turboquant::slot_bytes(f, d) > last) --d;
+    require(turboquant::slot_bytes(f, d) == last, "tensor.shape", shape,
+            "a last dimension that is the slot size of a head size for " + kv_cache_dtype + " (" + std::to_string(turboquant::slot_bytes(f, 128)) +
+                " bytes for head_size 128)");
+    spec.head_size = d;
+  } else if (nvfp4) {  // n / 2 code bytes and n / 16 block scales: 9 bytes per 16 values
     require(last % 9 == 0, "tensor.shape", shape, "a last dimension of head_size / 2 + head_size / 16 bytes (a multiple of 9) for nvfp4");
     spec.head_size = int32_t(last / 9 * 16);
   } else {
@@ -388,10 +407,13 @@ void check_storage(const KVCache& cache) {
 void warn_if_saturated(const KVCache& cache, int64_t saturated_before) {
   const int64_t n = cache.saturated_values() - saturated_before;
   if (n == 0) return;
-  if (cache.spec().token_scales()) {
+  if (cache.spec().token_scales() || cache.spec().turboquant()) {
     const std::string msg = std::to_string(n) + " NaN or infinite values were written to this " +
                             std::string(to_string(cache.spec().kv_cache_dtype)) +
-                            " cache: each (token, KV head) vector holding one reads as NaN (its scale is NaN)";
+                            " cache: each (token, KV head) vector holding one reads as NaN (its scale is NaN)" +
+                            (cache.spec().kv_cache_dtype == KVCacheDType::turboquant_k8v4
+                                 ? std::string(" or, in an fp8 key, is clamped to +-448 (as are finite keys beyond it)")
+                                 : std::string());
     if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw nb::python_error();
     return;
   }

@@ -2,6 +2,7 @@
 builder that fills a paged cache for a ragged batch through a layer's own write_kv."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -161,6 +162,96 @@ def nvfp4_quantized(x: np.ndarray, g: float = 1.0, four_over_six: bool = False):
     return deq.reshape(x32.shape), np.concatenate([packed, scale_bytes], axis=-1)
 
 
+TURBOQUANT_DTYPES = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc")
+TURBOQUANT_BITS = {"turboquant_k8v4": (8, 4), "turboquant_4bit_nc": (4, 4), "turboquant_k3v4_nc": (3, 4),
+                   "turboquant_3bit_nc": (3, 3)}  # vLLM's TQ_PRESETS: key bits (8 = fp8), value bits
+
+
+@functools.lru_cache(maxsize=None)
+def lloyd_max_centroids(d: int, bits: int) -> np.ndarray:
+    """Lloyd-Max levels for N(0, 1/d), as vLLM's solve_lloyd_max computes them (double precision,
+    levels started evenly over +-3.5 sigma, 200-step trapezoids over each decision interval, stop when
+    no level moves by 1e-10), as float32."""
+    n = 2 ** bits
+    var = 1.0 / d
+    sigma = math.sqrt(var)
+
+    def density(x):
+        return (1.0 / math.sqrt(2 * math.pi * var)) * math.exp(-x * x / (2 * var))
+
+    def integral(f, a, b, steps=200):
+        h = (b - a) / steps
+        total = 0.5 * (f(a) + f(b))
+        for i in range(1, steps):
+            total += f(a + i * h)
+        return total * h
+
+    lo, hi = -3.5 * sigma, 3.5 * sigma
+    levels = [lo + (hi - lo) * (i + 0.5) / n for i in range(n)]
+    for _ in range(200):
+        edges = [lo * 3] + [(levels[i] + levels[i + 1]) / 2.0 for i in range(n - 1)] + [hi * 3]
+        moved = []
+        for i in range(n):
+            a, b = edges[i], edges[i + 1]
+            mass = integral(density, a, b)
+            moved.append(integral(lambda x: x * density(x), a, b) / mass if mass > 1e-15 else levels[i])
+        if max(abs(m - c) for m, c in zip(moved, levels)) < 1e-10:
+            break
+        levels = moved
+    return np.array(levels, np.float32)
+
+
+def pack_bits(codes: np.ndarray, bits: int) -> np.ndarray:
+    """b-bit codes along the last axis, code i at bit b*i little-endian (4 bits: two per byte)."""
+    codes = np.asarray(codes, np.uint32)
+    d = codes.shape[-1]
+    out = np.zeros((*codes.shape[:-1], (d * bits + 7) // 8), np.uint32)
+    for i in range(d):
+        bit = i * bits
+        out[..., bit // 8] |= (codes[..., i] << (bit % 8)) & 0xFF
+        if bit % 8 + bits > 8:
+            out[..., bit // 8 + 1] |= codes[..., i] >> (8 - bit % 8)
+    return out.astype(np.uint8)
+
+
+def fp16_bytes(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float16)[..., None].view(np.uint8)
+
+
+def turboquant_slot(k: np.ndarray, v: np.ndarray, kv_cache_dtype: str):
+    """vLLM's TurboQuant store (triton_turboquant_store.py) of k, v [..., d] (float32): the slot bytes
+    [K | V | pad] and what attention reads, (k in the model's space, v) as float64. 3 / 4-bit keys:
+    norm |k|, y = H (k / (norm + 1e-8)) / sqrt(d) (Sylvester order), the index of y's Lloyd-Max bucket,
+    read as norm * c / |c| rotated back; fp8 keys: e4m3 codes. Values: uniform over [min, max]."""
+    kb, vb = TURBOQUANT_BITS[kv_cache_dtype]
+    k32, v32 = np.asarray(k, np.float32), np.asarray(v, np.float32)
+    d = k32.shape[-1]
+    if kb == 8:
+        codes = k32.astype(ml_dtypes.float8_e4m3fn)
+        key = codes.view(np.uint8)
+        k_read = codes.astype(np.float64)
+    else:
+        norm = np.sqrt((k32 * k32).sum(axis=-1, dtype=np.float32, keepdims=True)).astype(np.float32)
+        y = walsh_hadamard(k32 / (norm + np.float32(1e-8))) * (np.float32(1) / np.sqrt(np.float32(d)))
+        c = lloyd_max_centroids(d, kb)
+        mid = ((c[:-1] + c[1:]) / np.float32(2)).astype(np.float32)
+        idx = (y[..., None] >= mid).sum(axis=-1)
+        key = np.concatenate([pack_bits(idx, kb), fp16_bytes(norm[..., 0])], axis=-1)
+        cv = c[idx].astype(np.float32)
+        unit = cv / np.sqrt((cv * cv).sum(axis=-1, keepdims=True) + np.float32(1e-16))
+        k_read = walsh_hadamard(unit.astype(np.float64) * np.asarray(norm, np.float16).astype(np.float64)) / math.sqrt(d)
+    top = 2 ** vb - 1
+    mn, mx = v32.min(axis=-1, keepdims=True), v32.max(axis=-1, keepdims=True)
+    scale = np.maximum((mx - mn) / np.float32(top), np.float32(1e-8)).astype(np.float32)
+    vcodes = np.clip(((v32 - mn) / scale + np.float32(0.5)).astype(np.int32), 0, top)
+    value = np.concatenate([pack_bits(vcodes, vb), fp16_bytes(scale[..., 0]), fp16_bytes(mn[..., 0])], axis=-1)
+    v_read = vcodes * np.asarray(scale, np.float16).astype(np.float64) + np.asarray(mn, np.float16).astype(np.float64)
+    slot = np.concatenate([key, value], axis=-1)
+    if slot.shape[-1] % 2:
+        slot = np.concatenate([slot, np.zeros((*slot.shape[:-1], 1), np.uint8)], axis=-1)
+    return slot, k_read, v_read
+
+
 def rht_signs(n: int) -> np.ndarray:
     """vLLM's RHT signs (vllm/v1/attention/ops/int4_per_token_head.py _get_rht_signs), drawn with torch."""
     import torch
@@ -266,6 +357,13 @@ def make_batch(rng: np.random.Generator, layer: attn.Attention, context_lens, qu
         batch.k_ref = [int4_quantized(rounded(k, cfg.dtype), cfg.dtype)[0] for k in k_all]
         batch.v_ref = [int4_quantized(rounded(v, cfg.dtype), cfg.dtype)[0] for v in v_all]
         return batch
+    if cache.kv_cache_dtype in TURBOQUANT_DTYPES:
+        batch.k_ref, batch.v_ref = [], []
+        for k, v in zip(k_all, v_all):
+            _, kr, vr = turboquant_slot(rounded(k, cfg.dtype), rounded(v, cfg.dtype), cache.kv_cache_dtype)
+            batch.k_ref.append(kr)
+            batch.v_ref.append(vr)
+        return batch
     if cache.kv_cache_dtype in NVFP4_DTYPES:  # per KV head: its global scale
         four = cache.kv_cache_dtype == "nvfp4_4over6"
         def nv(x, g):
@@ -337,3 +435,43 @@ def cosine_to_unquantized(kv_cache_dtype: str, outlier_channel: bool, n: int = 6
     exact = reference_attention(q.astype(np.float64), [k.astype(np.float64)], [v.astype(np.float64)], query_lens=[4],
                                 seq_lens=[n], scale=layer.scale)
     return (out * exact).sum(-1) / np.linalg.norm(out, axis=-1) / np.linalg.norm(exact, axis=-1)
+
+
+def written_cache(kv_cache_dtype: str, dtype: str, layout: str, seed: int, edit=None, scales=None, d: int = 64):
+    """A 6-block cache (block size 16, 2 KV heads, head size d, `layout`) holding 20 tokens of random
+    K (each vector scaled by 0.01 .. 30) and V written by write_kv into blocks 4 then 1, cast to
+    `dtype`; `edit(k, v)` changes them first (outliers, constant vectors), `scales`: (k_scale,
+    v_scale) set before the write. Returns (cache, k, v) with k, v as written."""
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((20, 2, d)) * rng.uniform(0.01, 30, (20, 2, 1))
+    v = rng.standard_normal((20, 2, d))
+    if edit is not None:
+        edit(k, v)
+    layer = attn.Attention(attn.LayerConfig(num_heads=4, num_kv_heads=2, head_size=d, dtype=dtype, kv_cache_dtype=kv_cache_dtype))
+    cache = attn.KVCache(6, block_size=16, num_kv_heads=2, head_size=d, kv_cache_dtype=kv_cache_dtype, layout=layout)
+    assert cache.dtype == "int8" and cache.kv_cache_dtype == kv_cache_dtype
+    if scales is not None:
+        cache.set_scales([scales[0]], [scales[1]])
+    k, v = k.astype(NUMPY_DTYPES[dtype]), v.astype(NUMPY_DTYPES[dtype])
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[20], block_ids=[[4, 1]], cache=cache)
+    layer.write_kv(k, v, cache, md)
+    return cache, k, v
+
+
+def torch_step(layer: attn.Attention, cache, seed: int = 2):
+    """40 tokens of random bf16 torch K / V written into `cache` (blocks 3, 0, 2 in order) and
+    attended by as many random queries, the way an engine calls attn on its own tensors: returns
+    (k, v, q, out) as torch tensors and the block ids."""
+    import torch
+    rng = np.random.default_rng(seed)
+    hkv, d, h = layer.config.num_kv_heads, layer.config.head_size, layer.config.num_heads
+
+    def rand(*shape):
+        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(torch.bfloat16)
+
+    k, v = rand(40, hkv, d), rand(40, hkv, d)
+    blocks = [3, 0, 2][: -(-40 // layer.block_size)]
+    md = attn.BatchMetadata(context_lens=[0], query_lens=[40], block_ids=[blocks], cache=cache)
+    layer.write_kv(k, v, cache, md)
+    q = rand(40, h, d)
+    return k, v, q, layer.forward(q, cache, md), blocks

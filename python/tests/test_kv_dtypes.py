@@ -1,28 +1,33 @@
 """Per-token-head KV caches (vLLM's int8_per_token_head / fp8_per_token_head): the codes and scales
 write_kv stores are vLLM's (checked against an independent NumPy quantizer), every CPU backend that
-serves them matches the reference on the values the cache holds, and engine-owned torch tensors
+serves them (and the int4, NVFP4 and TurboQuant caches) matches the reference on the values the
+cache holds, and engine-owned torch tensors
 (int8 / float8 codes plus float32 [num_blocks, block_size, num_kv_heads] scales) are read and
 written in place."""
 import numpy as np
 import pytest
 
 import attn
-from helpers import TOKEN_HEAD_DTYPES, assert_close, make_batch, token_head_quantized, valid_cpu_backends
+from helpers import (NVFP4_DTYPES, TOKEN_HEAD_DTYPES, TURBOQUANT_DTYPES, assert_close, make_batch, token_head_quantized,
+                     valid_cpu_backends)
 
-STORAGE = {"int8_per_token_head": "int8", "fp8_per_token_head": "fp8_e4m3", "int4_per_token_head": "int8"}
+STORAGE = {"int8_per_token_head": "int8", "fp8_per_token_head": "fp8_e4m3", "int4_per_token_head": "int8",
+           **{k: "int8" for k in NVFP4_DTYPES + TURBOQUANT_DTYPES}}
 
 
-@pytest.mark.parametrize("kv", TOKEN_HEAD_DTYPES + ("int4_per_token_head",))
+@pytest.mark.parametrize("kv", TOKEN_HEAD_DTYPES + ("int4_per_token_head",) + NVFP4_DTYPES + TURBOQUANT_DTYPES)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_every_backend_matches_the_reference_on_the_quantized_cache(kv, dtype):
     if kv == "int4_per_token_head":  # its expected values use vLLM's RHT signs, drawn with torch
         pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")
-    cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype=dtype, kv_cache_dtype=kv)
+    nvfp4 = kv in NVFP4_DTYPES  # with per-head global scales (vLLM's k_scale / v_scale, one per KV head)
+    cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype=dtype, kv_cache_dtype=kv,
+                           use_per_head_quant_scales=nvfp4)
     backends = valid_cpu_backends(cfg)
     assert "cpu_flash" in backends and "reference" in backends
     for backend in backends:
         layer = attn.Attention(cfg, backend)
-        b = make_batch(np.random.default_rng(11), layer, [70, 0, 1100], [1, 19, 2])
+        b = make_batch(np.random.default_rng(11), layer, [70, 0, 1100], [1, 19, 2], kv_scale=[0.7, 1.9] if nvfp4 else None)
         assert b.cache.dtype == STORAGE[kv] and b.cache.kv_cache_dtype == kv
         out = layer.forward(b.q, b.cache, b.md)
         assert_close(np.asarray(out).astype(np.float64), b.reference(), dtype, b.cache.dtype, backend)
@@ -72,16 +77,27 @@ def test_every_code_reads_as_the_reference_reads_it(kv):
     assert_close(out, want, "bfloat16", b.cache.dtype, "cpu_flash vs reference")
 
 
-@pytest.mark.parametrize("kv", ["int8_per_token_head", "int4_per_token_head"])
+NONFINITE_WARNING = {
+    "int8_per_token_head": r"1 NaN or infinite values .* int8_per_token_head",
+    "int4_per_token_head": r"1 NaN or infinite values .* int4_per_token_head",
+    "nvfp4": r"1 NaN / infinite values.* nvfp4 cache: a block of 16",
+    "turboquant_4bit_nc": r"1 NaN or infinite values .* turboquant_4bit_nc",
+}
+
+
+@pytest.mark.parametrize("kv", list(NONFINITE_WARNING))
 def test_nonfinite_values_warn_and_read_as_nan(kv):
     layer = attn.Attention(attn.LayerConfig(num_heads=2, num_kv_heads=1, head_size=32, dtype="float32", kv_cache_dtype=kv))
     cache = layer.make_cache(2)
     k = np.ones((1, 1, 32), np.float32)
     k[0, 0, 5] = np.inf
     md = attn.BatchMetadata(context_lens=[0], query_lens=[1], block_ids=[[0]], cache=cache)
-    with pytest.warns(RuntimeWarning, match=r"1 NaN or infinite values .* " + kv):
+    with pytest.warns(RuntimeWarning, match=NONFINITE_WARNING[kv]):
         layer.write_kv(k, np.ones((1, 1, 32), np.float32), cache, md)
-    assert np.isnan(cache.token_scales()[0][0, 0, 0])
+    if cache.token_scales() is not None:
+        assert np.isnan(cache.token_scales()[0][0, 0, 0])
+    out = layer.forward(np.ones((1, 2, 32), np.float32), cache, md)
+    assert np.isnan(np.asarray(out)).all()  # the key reads NaN, as an unquantized cache holding it would
 
 
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it)")

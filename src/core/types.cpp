@@ -89,12 +89,19 @@ bool has_token_head_scales(KVCacheDType k) {
 }
 
 bool is_nvfp4(KVCacheDType k) { return k == KVCacheDType::nvfp4 || k == KVCacheDType::nvfp4_4over6; }
+bool is_turboquant(KVCacheDType k) {
+  return k == KVCacheDType::turboquant_k8v4 || k == KVCacheDType::turboquant_4bit_nc || k == KVCacheDType::turboquant_k3v4_nc ||
+         k == KVCacheDType::turboquant_3bit_nc;
+}
 
 std::string kv_width_unmet(KVCacheDType k, int32_t width) {
   const std::string name(to_string(k));
   if (k == KVCacheDType::int4_per_token_head && !(width >= 2 && (width & (width - 1)) == 0))
     return "a power of two for kv_cache_dtype " + name + " (its Hadamard rotation)";
   if (is_nvfp4(k) && width % 16 != 0) return "a multiple of 16 for kv_cache_dtype " + name + " (a block scale per 16 values)";
+  if (k == KVCacheDType::turboquant_k8v4 && width % 2 != 0) return "an even size for kv_cache_dtype " + name + " (4-bit values in pairs)";
+  if (is_turboquant(k) && k != KVCacheDType::turboquant_k8v4 && !(width >= 8 && (width & (width - 1)) == 0))
+    return "a power of two >= 8 for kv_cache_dtype " + name + " (its Hadamard rotation)";
   return {};
 }
 
@@ -124,6 +131,9 @@ DType kv_storage_dtype(KVCacheDType k, DType model) {
     case KVCacheDType::int4_per_token_head: return DType::int8;
     // nvfp4: bytes too (vLLM: torch.uint8), each row its e2m1 codes then its e4m3 block scales.
     case KVCacheDType::nvfp4: case KVCacheDType::nvfp4_4over6: return DType::int8;
+    // turboquant: bytes of slots (vLLM: torch.uint8), K then V per (token, KV head).
+    case KVCacheDType::turboquant_k8v4: case KVCacheDType::turboquant_4bit_nc:
+    case KVCacheDType::turboquant_k3v4_nc: case KVCacheDType::turboquant_3bit_nc: return DType::int8;
     default:
       throw Error("kv_cache_dtype=" + std::string(to_string(k)) +
                   " has no dense storage type in attn: expected one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, int8_per_token_head, fp8_per_token_head, int4_per_token_head, nvfp4, nvfp4_4over6, fp8_ds_mla (MLA)");

@@ -21,6 +21,7 @@ bool is_ds_mla(const KVCacheSpec& s) { return s.kv_cache_dtype == KVCacheDType::
 
 // Elements per entry (per head): fp8_ds_mla entries are bytes of a fixed layout.
 int32_t entry_width(const KVCacheSpec& s) {
+  if (s.turboquant()) return turboquant::slot_bytes(turboquant::format_of(s.kv_cache_dtype), s.head_size);  // K and V in one slot
   return is_ds_mla(s) ? ds_mla::kEntryBytes : std::max(s.stored_width(false), s.stored_width(true));
 }
 
@@ -297,15 +298,16 @@ constexpr SizeNeed kPairSizeNeeds[] = {
     {"block_size", [](const KVCacheSpec& s) { return s.block_size; }, 16, "a multiple of 16 for the HND_PAIRS layout"},
 };
 
-/// HND_PAIRS orders single values; an nvfp4 row's codes and block scales stay together.
-/// (validate refuses the pair first, naming the layout; layout_fits_sizes sends it to `otherwise`.)
+/// HND_PAIRS orders single values; an nvfp4 row's codes and block scales, a turboquant slot's
+/// packed K and V, stay together. (validate refuses the pair first, naming the layout;
+/// layout_fits_sizes sends it to `otherwise`.)
 constexpr SizeNeed kNvfp4PairNeed = {"layout", [](const KVCacheSpec&) { return 1; }, 2,
-                                     "a cache other than nvfp4 for the HND_PAIRS layout (nvfp4 rows keep NHD or HND)"};
+                                     "a cache of single values for the HND_PAIRS layout (nvfp4 and turboquant keep NHD or HND)"};
 
 /// The first size need of `s`'s layout that `s` misses; null when its sizes fit.
 const SizeNeed* unmet_size_need(const KVCacheSpec& s) {
   if (s.layout != KVLayout::HND_PAIRS) return nullptr;
-  if (s.nvfp4()) return &kNvfp4PairNeed;
+  if (s.nvfp4() || s.turboquant()) return &kNvfp4PairNeed;
   for (const SizeNeed& n : kPairSizeNeeds)
     if (n.value(s) % n.multiple != 0) return &n;
   return nullptr;
@@ -316,6 +318,10 @@ bool layout_fits_sizes(const KVCacheSpec& spec) { return unmet_size_need(spec) =
 
 std::vector<int64_t> KVCacheSpec::shape() const {
   const int64_t w = entry_width(*this);
+  if (turboquant()) {  // vLLM's slots: no K / V dimension
+    if (layout == KVLayout::NHD) return {num_blocks, block_size, num_kv_heads, w};
+    return {num_blocks, num_kv_heads, block_size, w};
+  }
   switch (layout) {
     case KVLayout::NHD: return {num_blocks, 2, block_size, num_kv_heads, w};
     case KVLayout::HND:
@@ -339,8 +345,8 @@ void KVCacheSpec::validate() const {
   check_heads("num_kv_heads", num_kv_heads);
   check_head_size("head_size", head_size);
   check_head_size("head_size_v", head_size_v, 0);
-  require(dtype != DType::int32 && dtype != DType::int64 && (dtype != DType::int8 || token_scales() || nvfp4()), "cache dtype",
-          attn::to_string(dtype), "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (int8: int8_per_token_head caches)");
+  require(dtype != DType::int32 && dtype != DType::int64 && (dtype != DType::int8 || token_scales() || nvfp4() || turboquant()), "cache dtype",
+          attn::to_string(dtype), "one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (int8: byte formats such as int8_per_token_head)");
   if (token_scales()) {
     const std::string what = " for kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype));
     const DType want = kv_storage_dtype(kv_cache_dtype, DType::bfloat16);
@@ -367,6 +373,14 @@ void KVCacheSpec::validate() const {
     require(dtype == DType::int8, "cache dtype", attn::to_string(dtype), "int8 (bytes of codes and block scales)" + what);
     require(layout == KVLayout::NHD || layout == KVLayout::HND, "layout", attn::to_string(layout),
             "NHD or HND" + what + " (a row keeps its codes and block scales together)");
+  }
+  if (turboquant()) {
+    const std::string what = " for kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype));
+    require(dtype == DType::int8, "cache dtype", attn::to_string(dtype), "int8 (bytes of K and V slots)" + what);
+    require(layout == KVLayout::NHD || layout == KVLayout::HND, "layout", attn::to_string(layout),
+            "NHD or HND" + what + " (one slot of K then V per token and KV head)");
+    require(v_width() == head_size, "head_size_v", v_width(), "head_size = " + std::to_string(head_size) + what + " (K and V share a slot)");
+    require(!per_head_scales, "per_head_scales", "true", "false" + what + " (each slot carries its own norm and scales)");
   }
   if (const SizeNeed* n = unmet_size_need(*this)) fail_check(n->argument, n->value(*this), n->expected);
 }
@@ -435,7 +449,8 @@ KVCache::KVCache(const KVCacheSpec& spec, const StridedKV& m) : spec_(spec), str
   spec.validate();
   require(spec.layout == KVLayout::NHD || spec.layout == KVLayout::HND, "layout", attn::to_string(spec.layout),
           "NHD or HND for a cache over strided memory");
-  require(!is_ds_mla(spec), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype), "a per-element dtype for a strided cache");
+  require(!is_ds_mla(spec) && !spec.turboquant(), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype),
+          "a per-element dtype for a strided cache (a turboquant cache is wrapped whole: KVCache(spec, external))");
   require(m.k != nullptr && m.memory != nullptr, "strided memory", "null", "the K base and the memory it lies in");
   require(m.block >= 0 && m.token >= 0 && m.head >= 0, "strides",
           std::to_string(m.block) + ", " + std::to_string(m.token) + ", " + std::to_string(m.head), "block, token, head strides >= 0");
@@ -467,7 +482,7 @@ KVCache::KVCache(const KVCacheSpec& spec, std::shared_ptr<DeviceAllocator> alloc
     init_scales();
     return;
   }
-  require(!spec.token_scales() && !spec.nvfp4(), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype),
+  require(!spec.token_scales() && !spec.nvfp4() && !spec.turboquant(), "kv_cache_dtype", attn::to_string(spec.kv_cache_dtype),
           "a dtype without per-token-head or block scales for a device cache (they are served on the CPU)");
   k_scales_.assign(std::size_t(spec.num_kv_heads), 1.0f);
   v_scales_ = k_scales_;
@@ -543,14 +558,24 @@ PagedKV KVCache::view() const {
   v.k_token_scales = k_token_scales_, v.v_token_scales = v_token_scales_;
   v.int4 = spec_.int4();
   v.nvfp4 = spec_.nvfp4();
+  if (spec_.turboquant()) {  // K then V in one slot of w bytes
+    v.turboquant = true;
+    v.tq = turboquant::format_of(spec_.kv_cache_dtype);
+    v.v_offset = turboquant::key_bytes(v.tq, spec_.head_size);
+    if (spec_.layout == KVLayout::NHD) {
+      v.head_stride = w, v.token_stride = h * w, v.block_stride = bs * h * w;
+    } else {
+      v.token_stride = w, v.head_stride = bs * w, v.block_stride = h * bs * w;
+    }
+  }
   v.nvfp4_four_over_six = spec_.kv_cache_dtype == KVCacheDType::nvfp4_4over6;
   return v;
 }
 
 void KVCache::set_scales(const std::vector<float>& k, const std::vector<float>& v) {
   const std::size_t h = std::size_t(spec_.num_kv_heads);
-  require(!spec_.token_scales(), "kv_cache_dtype", to_string(spec_.kv_cache_dtype),
-          "a cache with per-tensor or per-head scales: per-token-head caches compute each slot's scales as it is written");
+  require(!spec_.token_scales() && !spec_.turboquant(), "kv_cache_dtype", to_string(spec_.kv_cache_dtype),
+          "a cache with per-tensor or per-head scales: per-token-head and turboquant caches compute each slot's scales as it is written");
   auto check = [&](const std::vector<float>& s, const char* arg) {
     require(s.size() == 1 || s.size() == h, std::string(arg) + ".size()", s.size(),
             "1 (per tensor) or num_kv_heads = " + std::to_string(h) + " (per head)");
@@ -712,6 +737,16 @@ void KVCache::fill(float value) {
       return;
     }
     value = 1.0f;
+  }
+  if (spec_.turboquant()) {  // every slot as write_kv stores a vector of `value`: a NaN poison reads NaN
+    const PagedKV pv = view();
+    const int32_t d = spec_.head_size;
+    std::vector<float> x(static_cast<std::size_t>(d), value);
+    std::vector<uint8_t> slot(static_cast<std::size_t>(entry_width(spec_)), 0);
+    turboquant::quantize_key(x.data(), d, pv.tq, slot.data(), nullptr);
+    turboquant::quantize_value(x.data(), d, pv.tq, slot.data() + pv.v_offset, nullptr);
+    for (int64_t i = 0; i < int64_t(bytes()); i += int64_t(slot.size())) std::memcpy(static_cast<char*>(data()) + i, slot.data(), slot.size());
+    return;
   }
   if (spec_.nvfp4()) {  // every code 1.0 and every block scale e4m3(value): a NaN poison reads NaN
     const PagedKV pv = view();

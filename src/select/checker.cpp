@@ -122,6 +122,13 @@ std::vector<Reason> check_capabilities(const Capabilities& caps, const LayerConf
     const std::string k_want = kv_width_unmet(c.kv_cache_dtype, c.head_size), v_want = kv_width_unmet(c.kv_cache_dtype, hv);
     r.add_if(!k_want.empty(), ReasonField::head_size, std::to_string(c.head_size), k_want);
     r.add_if(k_want.empty() && !v_want.empty(), ReasonField::head_size_v, std::to_string(hv), v_want);
+    if (is_turboquant(c.kv_cache_dtype)) {  // one slot holds a token's K and V, with its own scales
+      const std::string what = " for kv_cache_dtype " + std::string(to_string(c.kv_cache_dtype));
+      r.add_if(hv != c.head_size, ReasonField::head_size_v, std::to_string(hv),
+               "head_size=" + std::to_string(c.head_size) + what + " (K and V share a slot)");
+      r.add_if(c.use_per_head_quant_scales, ReasonField::use_per_head_quant_scales, "true",
+               "false" + what + " (each slot carries its own norm and scales)");
+    }
   }
   r.add_if(c.block_size != 0 && !caps.block_sizes.allows(c.block_size), ReasonField::block_size, std::to_string(c.block_size),
            caps.block_sizes.describe());

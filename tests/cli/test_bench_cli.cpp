@@ -124,9 +124,11 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
     EXPECT_FALSE(j[k + "_instruction"].get<std::string>().empty()) << c;
     EXPECT_GE(j[k + ".p90"].get<double>(), j[k + ".p50"].get<double>()) << c;
   }
-  // Two all-thread reads before and two after each of the seven decode shapes (bf16, fp8, int8, fp8
-  // and int4 per token head, nvfp4 and nvfp4_4over6) join the start's samples.
-  const std::vector<std::string> quantized = {"fp8", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head", "nvfp4", "nvfp4_4over6"};
+  // Two all-thread reads before and two after each decode shape (bf16 and every quantized cache)
+  // join the start's samples.
+  const std::vector<std::string> quantized = {"fp8", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head",
+                                              "nvfp4", "nvfp4_4over6", "turboquant_k8v4", "turboquant_4bit_nc",
+                                              "turboquant_k3v4_nc", "turboquant_3bit_nc"};
   EXPECT_EQ(j["ceiling.dram_read.samples"].get<int>(), 3 + 2 * 2 * int(1 + quantized.size()));
   EXPECT_EQ(j["ceiling.dram_read.p50"].get<double>(), dram);
   EXPECT_FALSE(j["ceiling.cpu"].get<std::string>().empty());

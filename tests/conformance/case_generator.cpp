@@ -265,55 +265,31 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
         s.seqs = beyond_one_split(rng, false);
       });
     }
-  // int4_per_token_head: power-of-two head sizes (its Hadamard rotation), every io dtype, GQA 8:2,
-  // and a long context with a window and sinks.
-  if (contains(caps.kv_cache_dtypes, KVCacheDType::int4_per_token_head)) {
-    std::vector<int> pow2;
-    for (int h : {16, 32, 64, 128, 256})
-      if (caps.head_sizes.allows(h)) pow2.push_back(h);
-    for (std::size_t i = 0; i < dtypes.size() && !pow2.empty(); ++i) {
-      add("int4_per_token_head " + std::string(to_string(dtypes[i])), [&](CaseSpec& s) {
-        s.config.kv_cache_dtype = KVCacheDType::int4_per_token_head;
-        s.config.dtype = dtypes[i];
-        s.config.num_heads = 8;
-        s.config.head_size = pow2[(i + out.size()) % pow2.size()];
-      });
-      if (quick) break;
-    }
-    if (!pow2.empty()) {
-      const int window = std::uniform_int_distribution<int>(40, 1500)(rng);
-      add("int4_per_token_head long, window, sinks", [&](CaseSpec& s) {
-        s.config.kv_cache_dtype = KVCacheDType::int4_per_token_head;
-        s.config.dtype = contains(dtypes, DType::bfloat16) ? DType::bfloat16 : dtypes.front();
-        s.config.head_size = pow2.back();
-        if (caps.sliding_window) s.config.sliding_window = window;
-        if (caps.sinks) s.config.has_sink = true;
-        s.seqs = beyond_one_split(rng, false);
-      });
-    }
-  }
-  // nvfp4 / nvfp4_4over6: heads of 16s (a block scale per 16 values), every io dtype, GQA 8:2,
-  // per-head global scales, and a long context with a window and sinks.
-  for (KVCacheDType k : {KVCacheDType::nvfp4, KVCacheDType::nvfp4_4over6}) {
+  // The packed formats (int4_per_token_head, nvfp4, turboquant): the head sizes their width rule
+  // allows (kv_width_unmet: powers of two, multiples of 16, ...), every io dtype, GQA 8:2, per-head
+  // global scales where the format has them (nvfp4), and a long context with a window and sinks.
+  for (KVCacheDType k : {KVCacheDType::int4_per_token_head, KVCacheDType::nvfp4, KVCacheDType::nvfp4_4over6,
+                         KVCacheDType::turboquant_k8v4, KVCacheDType::turboquant_4bit_nc, KVCacheDType::turboquant_k3v4_nc,
+                         KVCacheDType::turboquant_3bit_nc}) {
     if (!contains(caps.kv_cache_dtypes, k)) continue;
-    std::vector<int> sixteens;
-    for (int h : {16, 64, 80, 128, 256})
-      if (caps.head_sizes.allows(h)) sixteens.push_back(h);
-    if (sixteens.empty()) continue;
+    std::vector<int> sizes;
+    for (int h : {8, 16, 32, 64, 80, 96, 128, 256})
+      if (caps.head_sizes.allows(h) && kv_width_unmet(k, h).empty()) sizes.push_back(h);
+    if (sizes.empty()) continue;
     const std::string name(to_string(k));
     for (std::size_t i = 0; i < dtypes.size(); ++i) {
       add(name + " " + std::string(to_string(dtypes[i])), [&](CaseSpec& s) {
         s.config.kv_cache_dtype = k;
         s.config.dtype = dtypes[i];
         s.config.num_heads = 8;
-        s.config.head_size = sixteens[(i + out.size()) % sixteens.size()];
+        s.config.head_size = sizes[(i + out.size()) % sizes.size()];
       });
       if (quick) break;
     }
-    if (caps.per_head_quant_scales)
+    if (is_nvfp4(k) && caps.per_head_quant_scales)
       add(name + " per-head global scales", [&](CaseSpec& s) {
         s.config.kv_cache_dtype = k;
-        s.config.head_size = sixteens.front();
+        s.config.head_size = sizes.front();
         s.config.use_per_head_quant_scales = true;
         s.per_head_scales = true;
       });
@@ -321,7 +297,7 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
     add(name + " long, window, sinks", [&](CaseSpec& s) {
       s.config.kv_cache_dtype = k;
       s.config.dtype = contains(dtypes, DType::bfloat16) ? DType::bfloat16 : dtypes.front();
-      s.config.head_size = sixteens.back();
+      s.config.head_size = sizes.back();
       if (caps.sliding_window) s.config.sliding_window = window;
       if (caps.sinks) s.config.has_sink = true;
       s.seqs = beyond_one_split(rng, false);

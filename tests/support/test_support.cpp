@@ -90,6 +90,15 @@ void unrotate_fp64(double* y, int n) {
   for (int x = 0; x < n; ++x) y[x] = y[x] * int4_head::rht_sign(x) / n;
 }
 
+KVCacheSpec byte_cache_spec(KVCacheDType k, KVLayout layout, int head) {
+  KVCacheSpec s;
+  s.num_blocks = 3, s.block_size = 16, s.num_kv_heads = 2, s.head_size = head;
+  s.dtype = DType::int8;
+  s.kv_cache_dtype = k;
+  s.layout = layout;
+  return s;
+}
+
 void int4_query_fp64(const void* q, DType io, int64_t offset, int n, double* dst) {
   std::vector<float> r(static_cast<std::size_t>(n));
   for (int x = 0; x < n; ++x) r[std::size_t(x)] = load_as_float(q, io, offset + x);
@@ -225,8 +234,32 @@ Case make_case(const CaseSpec& spec, const std::string& backend) {
       nvfp4::dequantize(bytes.data(), n, row.data());
       for (int x = 0; x < n; ++x) dst[x] = double(row[std::size_t(x)]) * g;
     };
+    // A turboquant slot as the cache holds it: K dequantized (3 / 4 bits: rotated back into the
+    // model's space in fp64), V dequantized.
+    auto tq_rows = [&](int64_t k_first, int64_t v_first, double* kd, double* vd) {
+      const turboquant::Format f = turboquant::format_of(cs.kv_cache_dtype);
+      std::vector<float> row(static_cast<std::size_t>(D));
+      std::vector<uint8_t> bytes(static_cast<std::size_t>(turboquant::slot_bytes(f, D)));
+      for (int x = 0; x < D; ++x) row[std::size_t(x)] = load_as_float(k.data(), io, k_first + x);
+      turboquant::quantize_key(row.data(), D, f, bytes.data(), nullptr);
+      turboquant::dequantize_key(bytes.data(), D, f, row.data());
+      for (int x = 0; x < D; ++x) kd[x] = row[std::size_t(x)];
+      if (!f.key_fp8()) {  // y = H·x / √D: x = H·y / √D
+        int4_head::hadamard(kd, D);
+        for (int x = 0; x < D; ++x) kd[x] /= std::sqrt(double(D));
+      }
+      for (int x = 0; x < D; ++x) row[std::size_t(x)] = load_as_float(v.data(), io, v_first + x);
+      turboquant::quantize_value(row.data(), D, f, bytes.data(), nullptr);
+      turboquant::dequantize_value(bytes.data(), D, f, row.data());
+      for (int x = 0; x < D; ++x) vd[x] = row[std::size_t(x)];
+    };
     for (int t = 0; t < len; ++t)
       for (int h = 0; h < Hkv; ++h) {
+        if (cs.turboquant() && t >= first_new) {
+          tq_rows((int64_t(t) * Hkv + h) * D, (int64_t(t) * Hkv + h) * Dv, &dk[(std::size_t(t) * Hkv + h) * D],
+                  &dv[(std::size_t(t) * Hkv + h) * Dv]);
+          continue;
+        }
         if (nvfp4 && t >= first_new) {
           nvfp4_row(k, (int64_t(t) * Hkv + h) * D, D, c.cache->k_scales()[std::size_t(h)], &dk[(std::size_t(t) * Hkv + h) * D]);
           nvfp4_row(v, (int64_t(t) * Hkv + h) * Dv, Dv, c.cache->v_scales()[std::size_t(h)], &dv[(std::size_t(t) * Hkv + h) * Dv]);

@@ -78,6 +78,9 @@ void run_forward(Case& c);
 /// fp64 dense attention over the case ([num_tokens, num_heads, head_size_v], row-major).
 /// `fault` plants a known kernel bug in it (support/planted_faults.hpp); none by default.
 struct Fault;
+/// A small cache of a byte format (int4 / nvfp4 / turboquant): 3 blocks of 16 slots, 2 KV heads,
+/// int8 storage, head size `head`, `layout`.
+KVCacheSpec byte_cache_spec(KVCacheDType k, KVLayout layout, int head);
 /// int4_per_token_head's inverse rotation in fp64 (x = D·H·y / n, see int4_head).
 void unrotate_fp64(double* y, int n);
 /// The query an int4 cache's attention sees, back in the model's space: rotated in fp32, rounded

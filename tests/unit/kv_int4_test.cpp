@@ -10,6 +10,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/tensor.hpp"
 #include "support/expect_error.hpp"
+#include "support/test_support.hpp"
 
 namespace attn {
 namespace {
@@ -17,12 +18,7 @@ namespace {
 using test::throws_error;
 
 KVCacheSpec int4_spec(KVLayout layout = KVLayout::HND, int head = 64) {
-  KVCacheSpec s;
-  s.num_blocks = 3, s.block_size = 16, s.num_kv_heads = 2, s.head_size = head;
-  s.dtype = DType::int8;
-  s.kv_cache_dtype = KVCacheDType::int4_per_token_head;
-  s.layout = layout;
-  return s;
+  return test::byte_cache_spec(KVCacheDType::int4_per_token_head, layout, head);
 }
 
 TEST(Int4Head, SignsAreVllmsTorchBernoulliDraw) {

@@ -13,6 +13,7 @@
 #include "attn/backend.hpp"
 #include "attn/tensor.hpp"
 #include "support/expect_error.hpp"
+#include "support/test_support.hpp"
 
 namespace attn {
 namespace {
@@ -20,12 +21,7 @@ namespace {
 using test::throws_error;
 
 KVCacheSpec nvfp4_spec(KVLayout layout = KVLayout::HND, int head = 64, KVCacheDType k = KVCacheDType::nvfp4) {
-  KVCacheSpec s;
-  s.num_blocks = 3, s.block_size = 16, s.num_kv_heads = 2, s.head_size = head;
-  s.dtype = DType::int8;
-  s.kv_cache_dtype = k;
-  s.layout = layout;
-  return s;
+  return test::byte_cache_spec(k, layout, head);
 }
 
 TEST(Nvfp4, E2m1RoundsToNearestEvenAndSaturates) {

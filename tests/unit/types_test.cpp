@@ -89,10 +89,10 @@ TEST(Types, KvStorageDType) {
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::fp8_ds_mla, DType::bfloat16), DType::fp8_e4m3);
 }
 
-TEST(Types, KvStorageDTypeRejectsNamesWithoutDenseStorage) {
-  EXPECT_TRUE(throws_error([] { kv_storage_dtype(KVCacheDType::turboquant_4bit_nc, DType::bfloat16); },
-                           {"kv_cache_dtype=turboquant_4bit_nc", "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"}));
-  // nvfp4: bytes of e2m1 codes and e4m3 block scales (it used to throw).
+TEST(Types, KvStorageDTypeOfPackedFormatsIsBytes) {
+  // nvfp4 and turboquant: bytes (of e2m1 codes and e4m3 block scales; of K and V slots). Every
+  // name has a storage dtype now; these used to throw.
+  EXPECT_EQ(kv_storage_dtype(KVCacheDType::turboquant_4bit_nc, DType::bfloat16), DType::int8);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::nvfp4, DType::bfloat16), DType::int8);
   EXPECT_EQ(kv_storage_dtype(KVCacheDType::nvfp4_4over6, DType::float32), DType::int8);
 }

@@ -19,7 +19,8 @@ std::string kv_suffix(attn::KVCacheDType kv) {
 const std::vector<attn::KVCacheDType>& quantized_kv_dtypes() {
   using K = attn::KVCacheDType;
   static const std::vector<K> v = {K::fp8_e4m3, K::int8_per_token_head, K::fp8_per_token_head, K::int4_per_token_head,
-                                   K::nvfp4, K::nvfp4_4over6};
+                                   K::nvfp4, K::nvfp4_4over6, K::turboquant_k8v4, K::turboquant_4bit_nc,
+                                   K::turboquant_k3v4_nc, K::turboquant_3bit_nc};
   return v;
 }
 

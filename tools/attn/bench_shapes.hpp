@@ -14,7 +14,7 @@ std::vector<attn_bench::Shape> bench_shapes(bool quick);
 
 /// The quantized caches set against bf16 (bench shapes, ratios, `attn check`'s quality table):
 /// fp8 (e4m3, per-tensor scale), int8_per_token_head, fp8_per_token_head, int4_per_token_head, nvfp4,
-/// nvfp4_4over6.
+/// nvfp4_4over6 and the four turboquant presets.
 const std::vector<attn::KVCacheDType>& quantized_kv_dtypes();
 
 /// The shape-name suffix of a cache dtype: _bf16, _fp8 (e4m3, per-tensor scale), or _<name>.

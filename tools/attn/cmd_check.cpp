@@ -68,6 +68,9 @@ std::vector<Shape> shapes() {
   Shape nvfp4{"nvfp4_4over6 x128", gqa(8, 2, 128, attn::DType::bfloat16)};
   nvfp4.config.kv_cache_dtype = attn::KVCacheDType::nvfp4_4over6;
   out.push_back(nvfp4);
+  Shape tq{"turboquant_k3v4_nc x128", gqa(8, 2, 128, attn::DType::bfloat16)};
+  tq.config.kv_cache_dtype = attn::KVCacheDType::turboquant_k3v4_nc;
+  out.push_back(tq);
   Shape enc{"encoder_only x64", gqa(4, 4, 64, attn::DType::bfloat16)};
   enc.config.attn_type = attn::AttnType::encoder_only;
   out.push_back(enc);

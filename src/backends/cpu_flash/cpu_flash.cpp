@@ -83,8 +83,9 @@ class CpuFlashImpl final : public AttentionImpl {
     float* partials = reinterpret_cast<float*>(ws);
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
-    // nvfp4 rows go through the general kernel, which unpacks them (the decode kernels read rows as stored).
-    const ItemFn decode = a.kv.nvfp4 ? nullptr
+    // nvfp4 rows and turboquant slots go through the general kernel, which unpacks them (the
+    // decode kernels read rows as stored).
+    const ItemFn decode = a.kv.nvfp4 || a.turboquant ? nullptr
                                      : decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr, a.int4);
     const int threads = cpu::team_size(params_.num_threads);
     const int64_t n = int64_t(plan.items.size());
@@ -119,10 +120,12 @@ class CpuFlashImpl final : public AttentionImpl {
     KernelArgs a;
     a.q_dtype = c.dtype;
     // int4 and nvfp4 codes are unpacked per chunk into bf16 rows (exact), which the bf16 kernels read.
-    a.kv_type = spec.int4() || spec.nvfp4() ? KvType::bf16 : kv_type_of(spec.dtype);
+    // turboquant slots are unpacked into fp32 rows (centroids · norm / |c| and code · scale + min).
+    a.kv_type = spec.int4() || spec.nvfp4() ? KvType::bf16 : spec.turboquant() ? KvType::f32 : kv_type_of(spec.dtype);
     a.kv_elem_bytes = int64_t(dtype_size(spec.dtype));
     a.token_scales = spec.token_scales();
     a.int4 = spec.int4();
+    a.turboquant = spec.turboquant();
     a.num_heads = c.num_heads, a.num_kv_heads = c.num_kv_heads, a.group = c.num_heads / c.num_kv_heads;
     a.head_size = c.head_size, a.head_size_v = spec.v_width();
     a.scale = params_.effective_scale();
@@ -152,6 +155,9 @@ BackendDescriptor cpu_flash_descriptor() {
   c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);  // in the rotated space (power-of-two heads)
   c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4);                // rows unpacked to bf16 (heads of 16k)
   c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4_4over6);
+  for (KVCacheDType k : {KVCacheDType::turboquant_k8v4, KVCacheDType::turboquant_4bit_nc, KVCacheDType::turboquant_k3v4_nc,
+                         KVCacheDType::turboquant_3bit_nc})
+    c.kv_cache_dtypes.push_back(k);  // slots unpacked to fp32 rows, q rotated once (general kernel)
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;

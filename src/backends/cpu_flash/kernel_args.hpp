@@ -48,6 +48,7 @@ struct KernelArgs {
   int64_t kv_elem_bytes = 2;
   bool token_scales = false;        // a per-token-head cache: kv.k_token_scales / v_token_scales
   bool int4 = false;                // int4_per_token_head: packed codes of rotated vectors (int4_head)
+  bool turboquant = false;          // turboquant_*: slots unpacked to fp32 rows (kv.tq the preset)
 
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;         // [num_seqs]

@@ -161,6 +161,8 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   }
   if (a.int4)  // the cache holds rotated vectors: q·k = rotate(q)·y / d (folded into sscale)
     for (int r = 0; r < rows; ++r) int4_head::rotate_query(sc.qf.data() + int64_t(r) * ldq, d, a.q_dtype);
+  if (a.turboquant && !a.kv.tq.key_fp8())  // keys in the orthonormal rotated space: q·k = (H·q / √d)·k' (fp32, as vLLM's q_rot)
+    for (int r = 0; r < rows; ++r) turboquant::rotate(sc.qf.data() + int64_t(r) * ldq, d);
   QTile qt{sc.qf.data(), nullptr, ldq};
   if constexpr (Qk::kNeedsBf16) {
     sc.qb.resize(sc.qf.size());
@@ -185,9 +187,12 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int64_t row_bytes = int64_t(d) * eb, vrow_bytes = int64_t(dv) * eb;
   // Cache bytes per element and per row (int4: bytes of two codes; nvfp4: codes and block scales;
   // both are unpacked to bf16 rows).
-  const int64_t ceb = a.int4 || a.kv.nvfp4 ? 1 : eb;
-  const int64_t stored_row = a.int4 ? d / 2 : a.kv.nvfp4 ? nvfp4::row_bytes(d) : row_bytes;
-  const int64_t stored_vrow = a.int4 ? dv / 2 : a.kv.nvfp4 ? nvfp4::row_bytes(dv) : vrow_bytes;
+  const int64_t ceb = a.int4 || a.kv.nvfp4 || a.turboquant ? 1 : eb;
+  const int64_t stored_row = a.int4 ? d / 2 : a.kv.nvfp4 ? nvfp4::row_bytes(d) : a.turboquant ? turboquant::key_bytes(a.kv.tq, d) : row_bytes;
+  const int64_t stored_vrow = a.int4        ? dv / 2
+                              : a.kv.nvfp4 ? nvfp4::row_bytes(dv)
+                              : a.turboquant ? turboquant::value_bytes(a.kv.tq, dv)
+                                                : vrow_bytes;
   auto prefetch_rows = [&](int32_t k0, int32_t k1) {  // software prefetch of keys [k0, k1)
     for (int32_t key = k0; key < k1; ++key) {
       const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
@@ -201,7 +206,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows; int4
   // caches are unpacked into bf16 rows of code − zero point, nvfp4 ones into bf16 rows of e2m1 ·
   // block scale (kv_type bf16 for both).
-  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4 || a.kv.nvfp4;
+  const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4 || a.kv.nvfp4 || a.turboquant;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
@@ -232,6 +237,16 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
           const int64_t e = int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
           unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e), d, reinterpret_cast<uint16_t*>(kr));
           unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e + a.kv.v_offset), dv, reinterpret_cast<uint16_t*>(kr + row_bytes));
+          kp[j] = kr, vp[j] = kr + row_bytes;
+          continue;
+        }
+      if constexpr (T == KvType::f32)
+        if (a.turboquant) {  // the slot's K (rotated, or fp8 values) and V as fp32 rows
+          char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
+          const uint8_t* slot = reinterpret_cast<const uint8_t*>(base) +
+                                int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
+          turboquant::dequantize_key(slot, d, a.kv.tq, reinterpret_cast<float*>(kr));
+          turboquant::dequantize_value(slot + a.kv.v_offset, dv, a.kv.tq, reinterpret_cast<float*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;
         }

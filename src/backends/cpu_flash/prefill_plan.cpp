@@ -29,7 +29,7 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   PackLayout L;
   // ALiBi stays on the general kernel (a per-row, per-key bias in the epilogue is not worth a
   // variant for the few ALiBi models).
-  if (route == Route::off || a.alibi_slopes) return L;
+  if (route == Route::off || a.alibi_slopes || a.turboquant) return L;  // turboquant: the general kernel unpacks its slots
   // Items of up to kDecodeMaxRows rows belong to the decode kernel, which streams the cache
   // without packing it.
   L.min_rows = route == Route::all ? 1 : kDecodeMaxRows + 1;

@@ -97,6 +97,14 @@ class ReferenceImpl final : public AttentionImpl {
             int4_head::unrotate(k, d), int4_head::unrotate(v, dv);
             continue;
           }
+          if (kv.turboquant) {  // the slot's K (rotated centroids back in the model's space) and V
+            float* k = K + std::size_t(t) * d;
+            const uint8_t* slot = reinterpret_cast<const uint8_t*>(base) + kv_element_offset(kv, b, bt, kh, 0, false);
+            turboquant::dequantize_key(slot, d, kv.tq, k);
+            if (!kv.tq.key_fp8()) turboquant::rotate(k, d);  // its own inverse
+            turboquant::dequantize_value(slot + kv.v_offset, dv, kv.tq, V + std::size_t(t) * dv);
+            continue;
+          }
           if (kv.nvfp4) {  // e2m1 codes times their block scales, then the global scale
             float* k = K + std::size_t(t) * d;
             float* v = V + std::size_t(t) * dv;
@@ -178,6 +186,9 @@ BackendDescriptor reference_descriptor() {
   c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);
   c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4);
   c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4_4over6);
+  for (KVCacheDType k : {KVCacheDType::turboquant_k8v4, KVCacheDType::turboquant_4bit_nc, KVCacheDType::turboquant_k3v4_nc,
+                         KVCacheDType::turboquant_3bit_nc})
+    c.kv_cache_dtypes.push_back(k);
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
