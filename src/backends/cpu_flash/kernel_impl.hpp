@@ -21,6 +21,7 @@
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
 #include "backends/cpu_flash/nvfp4_unpack.hpp"
+#include "backends/cpu_flash/turboquant_unpack.hpp"
 #include "backends/cpu_flash/kernel_args.hpp"
 
 namespace attn::cpu_flash::ATTN_CF_NS {
@@ -211,6 +212,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
   float kts[kChunk], vts[kChunk];
+  const TqCentroids tq_centroids = a.turboquant ? TqCentroids(d, a.kv.tq) : TqCentroids();  // looked up once per item
   for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
     const int n = std::min<int32_t>(kChunk, it.kv_end - c);
     for (int j = 0; j < n; ++j) {
@@ -245,8 +247,8 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
           const uint8_t* slot = reinterpret_cast<const uint8_t*>(base) +
                                 int64_t(bt[key / bs]) * a.kv.block_stride + int64_t(key % bs) * a.kv.token_stride + head_off;
-          turboquant::dequantize_key(slot, d, a.kv.tq, reinterpret_cast<float*>(kr));
-          turboquant::dequantize_value(slot + a.kv.v_offset, dv, a.kv.tq, reinterpret_cast<float*>(kr + row_bytes));
+          unpack_tq_key(slot, d, a.kv.tq, tq_centroids, reinterpret_cast<float*>(kr));
+          unpack_tq_value(slot + a.kv.v_offset, dv, a.kv.tq, reinterpret_cast<float*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;
         }
