@@ -49,6 +49,10 @@ std::string kv_width_unmet(KVCacheDType k, int32_t width);
 /// int8 / fp8 per token head): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
 /// int8_per_token_head, fp8_per_token_head. A dense backend that reads all of them declares this.
 const std::vector<KVCacheDType>& per_element_kv_cache_dtypes();
+/// The names attn stores in a packed byte format with a width rule (kv_width_unmet):
+/// int4_per_token_head, nvfp4, nvfp4_4over6 and the four turboquant presets. A backend that reads
+/// every format declares per_element_kv_cache_dtypes() and these.
+const std::vector<KVCacheDType>& packed_kv_cache_dtypes();
 /// The storage dtype of a cache with this kv dtype for a model of dtype `model`
 /// ("auto" → model dtype, "fp8" and "fp8_per_token_head" → fp8_e4m3, "int8_per_token_head" →
 /// int8, "int4_per_token_head" → int8 bytes holding two codes each, "nvfp4" / "nvfp4_4over6" → int8

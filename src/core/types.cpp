@@ -112,6 +112,13 @@ const std::vector<KVCacheDType>& per_element_kv_cache_dtypes() {
   return v;
 }
 
+const std::vector<KVCacheDType>& packed_kv_cache_dtypes() {
+  using K = KVCacheDType;
+  static const std::vector<K> v = {K::int4_per_token_head, K::nvfp4,           K::nvfp4_4over6,      K::turboquant_k8v4,
+                                   K::turboquant_4bit_nc,  K::turboquant_k3v4_nc, K::turboquant_3bit_nc};
+  return v;
+}
+
 DType kv_storage_dtype(KVCacheDType k, DType model) {
   switch (k) {
     case KVCacheDType::auto_: return model;

@@ -397,24 +397,18 @@ int64_t ATTN_STORE_RUN_NAME(const PagedKV& pv, const RowSource& src, int64_t blo
     }
     return bad;
   }
-  if (pv.turboquant) {  // K or V part of each token's slot
+  if (pv.turboquant || pv.nvfp4) {  // a vector at a time, widened to fp32, into its row / slot part
     alignas(64) float row[limits::kMaxHeadSize];
     for (int32_t i = 0; i < count; ++i) {
       const char* s = src.data + i * src.stride;
       for (int32_t x = 0; x < n; ++x) row[x] = load_as_float(s, src.dtype, x);
       uint8_t* dst = static_cast<uint8_t*>(pv.base) + kv_element_offset(pv, block, offset + i, head, 0, is_v);
-      (is_v ? turboquant::quantize_value : turboquant::quantize_key)(row, n, pv.tq, dst, &bad);
-    }
-    return bad;
-  }
-  if (pv.nvfp4) {  // each vector's codes and block scales, one NHD / HND row (inv_scale: 1 / global scale)
-    alignas(64) float row[limits::kMaxHeadSize];
-    for (int32_t i = 0; i < count; ++i) {
-      const char* s = src.data + i * src.stride;
-      for (int32_t x = 0; x < n; ++x) row[x] = load_as_float(s, src.dtype, x);
-      uint8_t* dst = static_cast<uint8_t*>(pv.base) + kv_element_offset(pv, block, offset + i, head, 0, is_v);
-      const int64_t saturated = nvfp4::quantize(row, n, inv_scale, pv.nvfp4_four_over_six, dst, &bad);
-      bad += saturated;
+      if (pv.turboquant) {  // K or V part of the token's slot
+        (is_v ? turboquant::quantize_value : turboquant::quantize_key)(row, n, pv.tq, dst, &bad);
+      } else {  // codes and block scales (inv_scale: 1 / the global scale)
+        const int64_t saturated = nvfp4::quantize(row, n, inv_scale, pv.nvfp4_four_over_six, dst, &bad);
+        bad += saturated;
+      }
     }
     return bad;
   }

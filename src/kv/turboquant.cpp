@@ -1,6 +1,7 @@
 // turboquant_*: vLLM's TurboQuant presets, the Lloyd-Max centroids, and one slot's K / V parts.
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <cstring>
@@ -26,11 +27,19 @@ Format format_of(KVCacheDType k) {
               " invalid: expected a turboquant preset (turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc)");
 }
 
-int32_t key_bytes(const Format& f, int32_t d) { return f.key_fp8() ? d : (d * f.key_bits + 7) / 8 + 2; }
-int32_t value_bytes(const Format& f, int32_t d) { return (d * f.value_bits + 7) / 8 + 4; }
+// In 64 bits and clamped: a spec describes itself (to_string, shape) before validate() has
+// checked its sizes, so these see any int32.
+namespace {
+int32_t clamped(int64_t v) { return int32_t(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX)); }
+int64_t key_bytes64(const Format& f, int64_t d) { return f.key_fp8() ? d : (d * f.key_bits + 7) / 8 + 2; }
+int64_t value_bytes64(const Format& f, int64_t d) { return (d * f.value_bits + 7) / 8 + 4; }
+}  // namespace
+
+int32_t key_bytes(const Format& f, int32_t d) { return clamped(key_bytes64(f, d)); }
+int32_t value_bytes(const Format& f, int32_t d) { return clamped(value_bytes64(f, d)); }
 int32_t slot_bytes(const Format& f, int32_t d) {
-  const int32_t s = key_bytes(f, d) + value_bytes(f, d);
-  return s + s % 2;
+  const int64_t s = key_bytes64(f, d) + value_bytes64(f, d);
+  return clamped(s + (s & 1));
 }
 
 namespace {

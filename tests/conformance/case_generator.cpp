@@ -268,9 +268,7 @@ std::vector<GeneratedCase> generate_cases(const BackendDescriptor& d, const Plat
   // The packed formats (int4_per_token_head, nvfp4, turboquant): the head sizes their width rule
   // allows (kv_width_unmet: powers of two, multiples of 16, ...), every io dtype, GQA 8:2, per-head
   // global scales where the format has them (nvfp4), and a long context with a window and sinks.
-  for (KVCacheDType k : {KVCacheDType::int4_per_token_head, KVCacheDType::nvfp4, KVCacheDType::nvfp4_4over6,
-                         KVCacheDType::turboquant_k8v4, KVCacheDType::turboquant_4bit_nc, KVCacheDType::turboquant_k3v4_nc,
-                         KVCacheDType::turboquant_3bit_nc}) {
+  for (KVCacheDType k : packed_kv_cache_dtypes()) {
     if (!contains(caps.kv_cache_dtypes, k)) continue;
     std::vector<int> sizes;
     for (int h : {8, 16, 32, 64, 80, 96, 128, 256})

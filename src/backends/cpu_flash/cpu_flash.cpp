@@ -151,13 +151,10 @@ BackendDescriptor cpu_flash_descriptor() {
   Capabilities& c = d.caps;
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
+  // Every format: int4 in the rotated space, nvfp4 rows unpacked to bf16, turboquant slots to fp32
+  // rows with q rotated once (the general kernel).
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);  // in the rotated space (power-of-two heads)
-  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4);                // rows unpacked to bf16 (heads of 16k)
-  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4_4over6);
-  for (KVCacheDType k : {KVCacheDType::turboquant_k8v4, KVCacheDType::turboquant_4bit_nc, KVCacheDType::turboquant_k3v4_nc,
-                         KVCacheDType::turboquant_3bit_nc})
-    c.kv_cache_dtypes.push_back(k);  // slots unpacked to fp32 rows, q rotated once (general kernel)
+  for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
   c.head_sizes = cpu_flash::head_size_rule();
   c.block_sizes = SizeRule::any();
   c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;

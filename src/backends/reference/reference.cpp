@@ -183,12 +183,7 @@ BackendDescriptor reference_descriptor() {
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  c.kv_cache_dtypes.push_back(KVCacheDType::int4_per_token_head);
-  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4);
-  c.kv_cache_dtypes.push_back(KVCacheDType::nvfp4_4over6);
-  for (KVCacheDType k : {KVCacheDType::turboquant_k8v4, KVCacheDType::turboquant_4bit_nc, KVCacheDType::turboquant_k3v4_nc,
-                         KVCacheDType::turboquant_3bit_nc})
-    c.kv_cache_dtypes.push_back(k);
+  for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
   c.head_sizes = SizeRule::any();
   c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
