@@ -45,6 +45,16 @@ bool is_turboquant(KVCacheDType k);
 /// a Hadamard matrix (a power of two of at least 8) and packs 3-bit codes in eights (k8v4: even).
 /// KVCacheSpec::validate and the selector's checks both ask here.
 std::string kv_width_unmet(KVCacheDType k, int32_t width);
+/// One rule of a kv dtype's format that a layer's shape breaks: the argument ("head_size",
+/// "head_size_v", "per_head_scales"), its value and what the format expects.
+struct KvFormatUnmet {
+  std::string argument, value, expected;
+};
+/// Every rule of k's format these sizes break, in order: the width rule (kv_width_unmet) on
+/// head_size, then on head_size_v; turboquant's shared slot (head_size_v = head_size) and its own
+/// scales (no per-head scales). KVCacheSpec::validate fails on the first; the selector gives each
+/// as a reason to every backend that declares k.
+std::vector<KvFormatUnmet> kv_format_unmet(KVCacheDType k, int32_t head_size, int32_t head_size_v, bool per_head_scales);
 /// Every name attn stores as one code per value (16-bit, fp8 with per-tensor / per-head scales,
 /// int8 / fp8 per token head): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
 /// int8_per_token_head, fp8_per_token_head. A dense backend that reads all of them declares this.

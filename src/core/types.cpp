@@ -95,13 +95,13 @@ bool is_turboquant(KVCacheDType k) {
 }
 
 std::string kv_width_unmet(KVCacheDType k, int32_t width) {
-  const std::string name(to_string(k));
+  const std::string_view name = to_string(k);  // the texts are built only for a width that breaks a rule
   if (k == KVCacheDType::int4_per_token_head && !(width >= 2 && (width & (width - 1)) == 0))
-    return "a power of two for kv_cache_dtype " + name + " (its Hadamard rotation)";
-  if (is_nvfp4(k) && width % 16 != 0) return "a multiple of 16 for kv_cache_dtype " + name + " (a block scale per 16 values)";
-  if (k == KVCacheDType::turboquant_k8v4 && width % 2 != 0) return "an even size for kv_cache_dtype " + name + " (4-bit values in pairs)";
+    return "a power of two for kv_cache_dtype " + std::string(name) + " (its Hadamard rotation)";
+  if (is_nvfp4(k) && width % 16 != 0) return "a multiple of 16 for kv_cache_dtype " + std::string(name) + " (a block scale per 16 values)";
+  if (k == KVCacheDType::turboquant_k8v4 && width % 2 != 0) return "an even size for kv_cache_dtype " + std::string(name) + " (4-bit values in pairs)";
   if (is_turboquant(k) && k != KVCacheDType::turboquant_k8v4 && !(width >= 8 && (width & (width - 1)) == 0))
-    return "a power of two >= 8 for kv_cache_dtype " + name + " (its Hadamard rotation)";
+    return "a power of two >= 8 for kv_cache_dtype " + std::string(name) + " (its Hadamard rotation)";
   return {};
 }
 
@@ -110,6 +110,22 @@ const std::vector<KVCacheDType>& per_element_kv_cache_dtypes() {
   static const std::vector<K> v = {K::auto_, K::float16, K::bfloat16, K::fp8, K::fp8_e4m3, K::fp8_e5m2, K::fp8_inc,
                                    K::int8_per_token_head, K::fp8_per_token_head};
   return v;
+}
+
+std::vector<KvFormatUnmet> kv_format_unmet(KVCacheDType k, int32_t head_size, int32_t head_size_v, bool per_head_scales) {
+  std::vector<KvFormatUnmet> out;
+  if (std::string want = kv_width_unmet(k, head_size); !want.empty()) {
+    out.push_back({"head_size", std::to_string(head_size), std::move(want)});
+  } else if (std::string v_want = kv_width_unmet(k, head_size_v); !v_want.empty()) {
+    out.push_back({"head_size_v", std::to_string(head_size_v), std::move(v_want)});
+  }
+  if (is_turboquant(k)) {  // one slot holds a token's K and V, with its own norm and scales
+    const std::string what = " for kv_cache_dtype " + std::string(to_string(k));
+    if (head_size_v != head_size)
+      out.push_back({"head_size_v", std::to_string(head_size_v), "head_size=" + std::to_string(head_size) + what + " (K and V share a slot)"});
+    if (per_head_scales) out.push_back({"per_head_scales", "true", "false" + what + " (each slot carries its own norm and scales)"});
+  }
+  return out;
 }
 
 const std::vector<KVCacheDType>& packed_kv_cache_dtypes() {

@@ -125,9 +125,8 @@ void KVCacheSpec::validate() const {
     require(v_width() == ds_mla::kRank, "head_size_v", head_size_v, std::to_string(ds_mla::kRank) + what);
     require(dtype == DType::fp8_e4m3, "cache dtype", attn::to_string(dtype), "fp8_e4m3 (one element per entry byte)" + what);
   }
-  // The format's own width rule (int4: powers of two; nvfp4: multiples of 16).
-  if (const std::string want = kv_width_unmet(kv_cache_dtype, head_size); !want.empty()) fail_check("head_size", head_size, want);
-  if (const std::string want = kv_width_unmet(kv_cache_dtype, v_width()); !want.empty()) fail_check("head_size_v", v_width(), want);
+  // The format's own shape rules (int4: powers of two; nvfp4: multiples of 16; turboquant: ...).
+  for (const KvFormatUnmet& u : kv_format_unmet(kv_cache_dtype, head_size, v_width(), per_head_scales)) fail_check(u.argument, u.value, u.expected);
   if (nvfp4()) {
     const std::string what = " for kv_cache_dtype " + std::string(attn::to_string(kv_cache_dtype));
     require(dtype == DType::int8, "cache dtype", attn::to_string(dtype), "int8 (bytes of codes and block scales)" + what);
@@ -139,8 +138,6 @@ void KVCacheSpec::validate() const {
     require(dtype == DType::int8, "cache dtype", attn::to_string(dtype), "int8 (bytes of K and V slots)" + what);
     require(layout == KVLayout::NHD || layout == KVLayout::HND, "layout", attn::to_string(layout),
             "NHD or HND" + what + " (one slot of K then V per token and KV head)");
-    require(v_width() == head_size, "head_size_v", v_width(), "head_size = " + std::to_string(head_size) + what + " (K and V share a slot)");
-    require(!per_head_scales, "per_head_scales", "true", "false" + what + " (each slot carries its own norm and scales)");
   }
   if (const SizeNeed* n = unmet_size_need(*this)) fail_check(n->argument, n->value(*this), n->expected);
 }

@@ -117,19 +117,14 @@ std::vector<Reason> check_capabilities(const Capabilities& caps, const LayerConf
   r.add_if(!contains(caps.dtypes, c.dtype), ReasonField::dtype, std::string(to_string(c.dtype)), "one of " + names(caps.dtypes));
   r.add_if(!contains(caps.kv_cache_dtypes, c.kv_cache_dtype), ReasonField::kv_cache_dtype, std::string(to_string(c.kv_cache_dtype)),
            "one of " + names(caps.kv_cache_dtypes));
-  // A format's own width rule (the one KVCacheSpec::validate applies), for backends that declare it.
-  if (contains(caps.kv_cache_dtypes, c.kv_cache_dtype)) {
-    const std::string k_want = kv_width_unmet(c.kv_cache_dtype, c.head_size), v_want = kv_width_unmet(c.kv_cache_dtype, hv);
-    r.add_if(!k_want.empty(), ReasonField::head_size, std::to_string(c.head_size), k_want);
-    r.add_if(k_want.empty() && !v_want.empty(), ReasonField::head_size_v, std::to_string(hv), v_want);
-    if (is_turboquant(c.kv_cache_dtype)) {  // one slot holds a token's K and V, with its own scales
-      const std::string what = " for kv_cache_dtype " + std::string(to_string(c.kv_cache_dtype));
-      r.add_if(hv != c.head_size, ReasonField::head_size_v, std::to_string(hv),
-               "head_size=" + std::to_string(c.head_size) + what + " (K and V share a slot)");
-      r.add_if(c.use_per_head_quant_scales, ReasonField::use_per_head_quant_scales, "true",
-               "false" + what + " (each slot carries its own norm and scales)");
+  // A format's own shape rules (the ones KVCacheSpec::validate applies), for backends that declare it.
+  if (contains(caps.kv_cache_dtypes, c.kv_cache_dtype))
+    for (const KvFormatUnmet& u : kv_format_unmet(c.kv_cache_dtype, c.head_size, hv, c.use_per_head_quant_scales)) {
+      const ReasonField f = u.argument == "head_size"     ? ReasonField::head_size
+                            : u.argument == "head_size_v" ? ReasonField::head_size_v
+                                                          : ReasonField::use_per_head_quant_scales;
+      r.add_if(true, f, u.value, u.expected);
     }
-  }
   r.add_if(c.block_size != 0 && !caps.block_sizes.allows(c.block_size), ReasonField::block_size, std::to_string(c.block_size),
            caps.block_sizes.describe());
   r.add_if(c.use_mm_prefix && !caps.mm_prefix, ReasonField::use_mm_prefix, "true", "false (no partial multimodal full attention)");

@@ -134,6 +134,16 @@ TEST(TurboQuant, SpecIsVllmsSlotShapeAndRefusesWhatTheFormatCannotHold) {
   v.head_size_v = 32;
   EXPECT_TRUE(throws_error([&] { KVCache c(v); }, {"head_size_v=32", "K and V share a slot"}));
   EXPECT_TRUE(throws_error([] { KVCache c(tq_spec(K::turboquant_3bit_nc, KVLayout::HND_PAIRS)); }, {"layout=HND_PAIRS", "NHD or HND"}));
+  KVCacheSpec heads = tq_spec(K::turboquant_4bit_nc);
+  heads.per_head_scales = true;
+  EXPECT_TRUE(throws_error([&] { KVCache c(heads); }, {"per_head_scales=true", "each slot carries its own norm and scales"}));
+  // The one statement of these rules, which the selector gives as reasons too: every rule broken, in order.
+  const std::vector<KvFormatUnmet> broken = kv_format_unmet(K::turboquant_4bit_nc, 96, 64, true);
+  ASSERT_EQ(broken.size(), 3u);
+  EXPECT_EQ(broken[0].argument, "head_size");
+  EXPECT_EQ(broken[1].argument, "head_size_v");
+  EXPECT_EQ(broken[2].argument, "per_head_scales");
+  EXPECT_TRUE(kv_format_unmet(K::turboquant_4bit_nc, 128, 128, false).empty());
   KVCache c(tq_spec(K::turboquant_3bit_nc));
   EXPECT_TRUE(throws_error([&] { c.set_scales({2.0f}, {2.0f}); }, {"kv_cache_dtype=turboquant_3bit_nc", "per-tensor or per-head"}));
   BackendDescriptor d;

@@ -187,7 +187,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t row_bytes = int64_t(d) * eb, vrow_bytes = int64_t(dv) * eb;
   // Cache bytes per element and per row (int4: bytes of two codes; nvfp4: codes and block scales;
-  // both are unpacked to bf16 rows).
+  // turboquant: a slot's K or V part; all unpacked to rows below).
   const int64_t ceb = a.int4 || a.kv.nvfp4 || a.turboquant ? 1 : eb;
   const int64_t stored_row = a.int4 ? d / 2 : a.kv.nvfp4 ? nvfp4::row_bytes(d) : a.turboquant ? turboquant::key_bytes(a.kv.tq, d) : row_bytes;
   const int64_t stored_vrow = a.int4        ? dv / 2
@@ -206,7 +206,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
 
   // HND_PAIRS caches (rows not contiguous) are gathered per chunk into contiguous rows; int4
   // caches are unpacked into bf16 rows of code − zero point, nvfp4 ones into bf16 rows of e2m1 ·
-  // block scale (kv_type bf16 for both).
+  // block scale (kv_type bf16 for both), turboquant slots into fp32 rows (kv_type f32).
   const bool gather = a.kv.layout == KVLayout::HND_PAIRS || a.int4 || a.kv.nvfp4 || a.turboquant;
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
