@@ -83,10 +83,7 @@ class CpuFlashImpl final : public AttentionImpl {
     float* partials = reinterpret_cast<float*>(ws);
     const Plan& plan = fp.items();
     const ItemFn fn = kernel_for(isa_, a.kv_type, a.q_dtype);
-    // nvfp4 rows and turboquant slots go through the general kernel, which unpacks them (the
-    // decode kernels read rows as stored).
-    const ItemFn decode = a.kv.nvfp4 || a.turboquant ? nullptr
-                                     : decode_kernel_for(isa_, a.kv_type, a.q_dtype, a.head_size, a.kv.layout, a.kv.k_token_scales != nullptr, a.int4);
+    const ItemFn decode = decode_kernel_for(isa_, a);
     const int threads = cpu::team_size(params_.num_threads);
     const int64_t n = int64_t(plan.items.size());
     const prefill::Call prefill_call(a, fp.pack(), ws + fp.pack_offset(), threads);  // packs K/V for the prefill tiles
@@ -152,7 +149,7 @@ BackendDescriptor cpu_flash_descriptor() {
   c.platforms = {PlatformKind::cpu};
   c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   // Every format: int4 in the rotated space, nvfp4 rows unpacked to bf16, turboquant slots to fp32
-  // rows with q rotated once (the general kernel).
+  // rows with q rotated once (per chunk into scratch rows, in the decode kernel and the general one).
   c.kv_cache_dtypes = per_element_kv_cache_dtypes();
   for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
   c.head_sizes = cpu_flash::head_size_rule();

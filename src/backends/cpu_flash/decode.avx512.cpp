@@ -19,6 +19,14 @@ ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
   return nullptr;
 }
 
+ItemFn decode_kernel_avx512_unpacked(Unpack u, bool bf16_dot) {
+  using namespace avx512_decode;
+  if (u == Unpack::turboquant) return &run_item<KvType::f32, false, false, false, Unpack::turboquant>;
+  if (u == Unpack::nvfp4)
+    return bf16_dot ? &run_item<KvType::bf16, true, false, false, Unpack::nvfp4> : &run_item<KvType::bf16, false, false, false, Unpack::nvfp4>;
+  return nullptr;
+}
+
 ItemFn decode_kernel_avx512_pairs() { return &avx512_decode::run_item<KvType::bf16, true, true>; }
 
 ItemFn decode_kernel_avx512_int4_pairs() { return &avx512_decode::run_item<KvType::i4, true, true, true>; }

@@ -13,7 +13,14 @@ inline constexpr int kMaxHeadSizeDecode = kMaxHeadSize;
 /// Head sizes the decode kernels take: whole 32-element slices (one 64-byte line of bf16).
 constexpr bool decode_head_size(int d) { return d % 32 == 0 && d <= kMaxHeadSizeDecode; }
 
+/// Caches whose rows the decode kernel unpacks per chunk into scratch rows, then reads as a row
+/// cache: nvfp4 into bf16 rows (e2m1 · block scale, exact), turboquant into fp32 rows (the key
+/// rotated, norm · c / |c|, or its fp8 values; the value code · scale + min).
+enum class Unpack : uint8_t { none, nvfp4, turboquant };
+
 #if defined(__x86_64__) || defined(_M_X64)
+/// AVX-512 decode kernel for nvfp4 / turboquant caches; bf16_dot (nvfp4 with bf16 q): vdpbf16ps.
+ItemFn decode_kernel_avx512_unpacked(Unpack u, bool bf16_dot);
 /// AVX-512 decode kernel for a cache type; bf16_dot: Q·Kᵀ on vdpbf16ps (bf16 q and cache only).
 ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot);
 /// AVX-512 BF16 + VBMI decode kernel for e4m3 caches and bf16 q; head sizes multiple of 64.

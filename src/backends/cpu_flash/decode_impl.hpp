@@ -46,17 +46,39 @@ inline void prefetch_l2(const char* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
 
+/// The n keys of a chunk (rows `tstride` bytes apart from k0, V v_off bytes after K) unpacked into
+/// dense scratch rows: nvfp4 to bf16, turboquant to fp32 (each key up to the factor kf[j] that its
+/// score takes, see unpack_tq_key_unscaled).
+template <Unpack U>
+inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char* k0, int64_t tstride, int64_t v_off, int n, int d,
+                         char* krows, char* vrows, float* kf) {
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* kr = reinterpret_cast<const uint8_t*>(k0 + j * tstride);
+    if constexpr (U == Unpack::nvfp4) {
+      unpack_nvfp4(kr, d, reinterpret_cast<uint16_t*>(krows) + int64_t(j) * d);
+      unpack_nvfp4(kr + v_off, d, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d);
+    } else {
+      kf[j] = unpack_tq_key_unscaled(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d);
+      unpack_tq_value(kr + v_off, d, a.kv.tq, reinterpret_cast<float*>(vrows) + int64_t(j) * d);
+    }
+  }
+}
+
 /// Pairs: the cache is HND_PAIRS (T = bf16 with Bf16Dot; qk_pairs / pv_pairs, P·V in natural
 /// dim order); otherwise rows (HND / NHD). Token: a per-token-head cache (pairs only): each key's
 /// K scale multiplies its score, its V scale its weight P before P is rounded to bf16 (the row
-/// sums take P unscaled).
-template <KvType T, bool Bf16Dot, int RB, bool Pairs = false, bool Token = false>
+/// sums take P unscaled). U: the cache's rows are unpacked per chunk into scratch rows of type T
+/// (see Unpack), which the chunk's products then read; the cache is addressed in bytes.
+template <KvType T, bool Bf16Dot, int RB, bool Pairs = false, bool Token = false, Unpack U = Unpack::none>
 void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   static_assert(!Pairs || (Bf16Dot && (T == KvType::bf16 || T == KvType::i4 || (ATTN_CF_VBMI && (T == KvType::e4m3 || T == KvType::e5m2 || T == KvType::i8)))),
                 "the pair kernel reads bf16 and int4 caches (and fp8 / int8 ones on VBMI builds) with bf16 q");
   static_assert(!Token || Pairs, "per-token-head scales are read by the pair kernel");
   static_assert((T != KvType::i8 && T != KvType::i4) || Token, "int8 and int4 codes come with per-token-head scales");
   static_assert(T != KvType::i4 || Pairs, "int4 rows are read by the general kernel");
+  constexpr bool Unpacked = U != Unpack::none;
+  static_assert(!Unpacked || (!Pairs && !Token && T == (U == Unpack::nvfp4 ? KvType::bf16 : KvType::f32)),
+                "nvfp4 unpacks to bf16 rows, turboquant to fp32 rows, both row caches");
   // int4 (rotated vectors): q is rotated once per row and the output rotated back; the products
   // see 1 + c/16 for each code c, so a score is A·(q·k' − Σq·B) with A = 16 · scale · softmax scale
   // and B = 1 + z/16, and P·V takes Σ w'·(1 + z/16) back out of every dim, w' = 16 · P · V scale.
@@ -72,7 +94,16 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   thread_local Scratch sc;
   const int g = a.group, d = a.head_size, rows = item_rows(it, g), rp = (rows + RB - 1) / RB * RB;
   const int s_idx = it.seq, h = it.kv_head, bs = a.kv.block_size;
-  const int64_t eb = kv_bytes<T>(), row_bytes = int64_t(d) * eb, tstride = a.kv.token_stride * eb;
+  // eb: bytes per cache element (unpacked formats: the cache is addressed in bytes); row_bytes,
+  // vrow_bytes: what one K / V row occupies in the cache.
+  const int64_t eb = Unpacked ? 1 : kv_bytes<T>(), tstride = a.kv.token_stride * eb;
+  const int64_t row_bytes = U == Unpack::nvfp4        ? nvfp4::row_bytes(d)
+                            : U == Unpack::turboquant ? turboquant::key_bytes(a.kv.tq, d)
+                                                      : int64_t(d) * eb;
+  const int64_t vrow_bytes = U == Unpack::turboquant ? turboquant::value_bytes(a.kv.tq, d) : row_bytes;
+  const TqCentroids tqc = U == Unpack::turboquant ? TqCentroids(d, a.kv.tq) : TqCentroids();  // looked up once per item
+  // Unpacked chunks: K rows then V rows in scratch, one dense row of T per key.
+  const int64_t upitch = int64_t(d) * kv_bytes<T>();
   const char* base = static_cast<const char*>(a.kv.base);
   const int32_t* bt = a.block_table + int64_t(s_idx) * a.max_blocks_per_seq;
   auto k_row = [&](int32_t key) {
@@ -86,7 +117,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     if (c >= it.kv_end) return;
     const int n = chunk_len(c);
     const char* k = k_row(c);
-    for (int j = j0; j < std::min(j1, n); ++j) prefetch_l2(k + j * tstride, row_bytes), prefetch_l2(k + j * tstride + v_off, row_bytes);
+    for (int j = j0; j < std::min(j1, n); ++j) prefetch_l2(k + j * tstride, row_bytes), prefetch_l2(k + j * tstride + v_off, vrow_bytes);
   };
   // HND_PAIRS: K dim pairs 2·bs elements apart (int4: bs bytes), V key pairs 2·w (w = token_stride, the width).
   constexpr int64_t key_bytes = pair_key_bytes<T>();
@@ -115,6 +146,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     if (r < rows) {
       load_row(a.q, a.q_dtype, e, d, nat);
       if constexpr (Int4) int4_head::rotate_query(nat, d, a.q_dtype);
+      // turboquant keys live in the orthonormal rotated space: q·k = (H·q / √d)·k' (fp32, as vLLM's q_rot)
+      if constexpr (U == Unpack::turboquant)
+        if (!a.kv.tq.key_fp8()) turboquant::rotate(nat, d);
     } else {
       std::fill(nat, nat + d, 0.0f);
     }
@@ -156,6 +190,14 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       kq = reinterpret_cast<const char*>(sc.kb), kqs = sizeof(sc.kb[0]);
     }
 #endif
+    alignas(64) float kf[kChunk];  // turboquant: each key's factor (its score takes it)
+    if constexpr (Unpacked) {
+      unpack_chunk<U>(a, tqc, k0, tstride, v_off, n, d, sc.ukv[0], sc.ukv[1], kf);
+      kq = sc.ukv[0], kqs = upitch;
+    }
+    // The rows P·V reads (row caches): the cache's V rows, or the unpacked ones.
+    const char* vq = Unpacked ? sc.ukv[1] : k0 + v_off;
+    const int64_t vqs = Unpacked ? upitch : tstride;
     for (int j = 0; j < kChunk + 16; ++j) kp[j] = kq + std::min(j, n - 1) * kqs;  // padding repeats a real row
     const int32_t next = c + n;
     // Token: this chunk's K scales (times the softmax scale) and V scales, one vector per 16 keys.
@@ -185,6 +227,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
         _mm512_store_ps(kzb + j, zp(kbits));
         _mm512_store_ps(vzb + j, zp(vbits));
       }
+    } else if constexpr (U == Unpack::turboquant) {
+      for (int j = 0; j < n; ++j) kts[j] = kf[j] * sscale;
+      for (int j = n; j < kChunk; ++j) kts[j] = 0.0f;  // lanes past the chunk: masked
     } else if constexpr (Token) {
       const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
       for (int j = 0; j < n; ++j) kts[j] = a.kv.k_token_scales[t0 + j * nkv] * sscale, vts[j] = a.kv.v_token_scales[t0 + j * nkv];
@@ -228,7 +273,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       for (int x = 0; x < CH; x += 16) {
         __m512 v = _mm512_load_ps(&sc.s[r][x]);
         if constexpr (Int4) v = _mm512_fnmadd_ps(_mm512_set1_ps(sc.qsum[r]), _mm512_load_ps(kzb + x), v);  // q·k' − Σq·B
-        v = _mm512_mul_ps(v, Token ? _mm512_load_ps(kts + x) : _mm512_set1_ps(sscale));
+        v = _mm512_mul_ps(v, Token || U == Unpack::turboquant ? _mm512_load_ps(kts + x) : _mm512_set1_ps(sscale));
         if (a.soft_cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
           const __m512 e = Simd::exp(_mm512_mul_ps(v, _mm512_set1_ps(2.0f / a.soft_cap)));
           v = _mm512_mul_ps(_mm512_set1_ps(a.soft_cap),
@@ -325,11 +370,11 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       }
 #endif
     } else if (Bf16Dot && !guard)
-      pv_chunk_dot<RB>(sc, rp, k0 + v_off, tstride, n, d);
+      pv_chunk_dot<RB>(sc, rp, vq, vqs, n, d);
     else if (guard)
-      pv_chunk<T, RB, true>(sc, rp, k0 + v_off, tstride, n, d);
+      pv_chunk<T, RB, true>(sc, rp, vq, vqs, n, d);
     else
-      pv_chunk<T, RB, false>(sc, rp, k0 + v_off, tstride, n, d);
+      pv_chunk<T, RB, false>(sc, rp, vq, vqs, n, d);
     c = next;
   }
 
@@ -356,15 +401,15 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   }
 }
 
-template <KvType T, bool Bf16Dot, bool Pairs = false, bool Token = false>
+template <KvType T, bool Bf16Dot, bool Pairs = false, bool Token = false, Unpack U = Unpack::none>
 void run_item(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int rows = item_rows(it, a.group);
   if (rows >= 4)
-    run<T, Bf16Dot, 4, Pairs, Token>(a, it, partials);
+    run<T, Bf16Dot, 4, Pairs, Token, U>(a, it, partials);
   else if (rows >= 2)
-    run<T, Bf16Dot, 2, Pairs, Token>(a, it, partials);
+    run<T, Bf16Dot, 2, Pairs, Token, U>(a, it, partials);
   else
-    run<T, Bf16Dot, 1, Pairs, Token>(a, it, partials);
+    run<T, Bf16Dot, 1, Pairs, Token, U>(a, it, partials);
 }
 
 }  // namespace attn::cpu_flash::ATTN_CF_NS

@@ -23,6 +23,8 @@ struct alignas(64) Scratch {
   int vlo[kDecodeMaxRows], vhi[kDecodeMaxRows];      // visible keys of the chunk, per row
   // int4 pair caches: per row, the sum of its bf16 q and the chunk's P·V zero-point correction.
   float qsum[kDecodeMaxRows], vcorr[kDecodeMaxRows];
+  // nvfp4 / turboquant caches: the chunk's K rows and V rows unpacked (bf16 or fp32, dense).
+  alignas(64) char ukv[2][kChunk * kMaxHeadSizeDecode * 4];
 };
 
 /// Q·Kᵀ for RB rows × KB keys (RB·KB = 16 accumulators), dot products along the head size,

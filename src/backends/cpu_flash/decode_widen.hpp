@@ -6,6 +6,8 @@
 #pragma once
 #include "backends/cpu_flash/simd_avx512.hpp"
 #include "backends/cpu_flash/decode.hpp"
+#include "backends/cpu_flash/nvfp4_unpack.hpp"
+#include "backends/cpu_flash/turboquant_unpack.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -57,9 +57,18 @@ bool has_vbmi() {
 }
 }  // namespace
 
-ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout, bool token_scales, bool int4) {
+ItemFn decode_kernel_for(Isa isa, const KernelArgs& a) {
 #if defined(__x86_64__) || defined(_M_X64)
-  const bool bf16_dot = isa == Isa::avx512_bf16 && q == DType::bfloat16;
+  const KvType kv = a.kv_type;
+  const int head_size = a.head_size;
+  const KVLayout layout = a.kv.layout;
+  const bool bf16_dot = isa == Isa::avx512_bf16 && a.q_dtype == DType::bfloat16;
+  const bool token_scales = a.kv.k_token_scales != nullptr, int4 = a.int4;
+  // nvfp4 rows and turboquant slots: unpacked per chunk into scratch rows (exact bf16, or fp32).
+  if (a.kv.nvfp4 || a.turboquant)
+    return isa >= Isa::avx512 && decode_head_size(head_size) && a.head_size_v == head_size
+               ? decode_kernel_avx512_unpacked(a.turboquant ? Unpack::turboquant : Unpack::nvfp4, bf16_dot)
+               : nullptr;
   // int4 caches: the pair kernel on HND_PAIRS (AVX-512 BF16 is all it needs), else the general kernel.
   if (int4) return layout == KVLayout::HND_PAIRS && bf16_dot && decode_head_size(head_size) ? decode_kernel_avx512_int4_pairs() : nullptr;
   // Per-token-head caches: the pair kernel that reads each key's scales, else the general kernel.
@@ -75,7 +84,7 @@ ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout la
     return decode_kernel_avx512_e4m3_dot();
   if (isa >= Isa::avx512 && decode_head_size(head_size)) return decode_kernel_avx512(kv, bf16_dot && kv == KvType::bf16);
 #else
-  (void)isa, (void)kv, (void)q, (void)head_size, (void)layout, (void)token_scales, (void)int4;
+  (void)isa, (void)a;
 #endif
   return nullptr;
 }

@@ -27,8 +27,9 @@ Isa isa_for_variant(const std::string& variant, const Platform& platform);
 /// The item kernel for this ISA, cache type and q dtype (falls back to the next variant down
 /// when a build has no kernel for the combination, e.g. bf16 dot products for fp16 q).
 ItemFn kernel_for(Isa isa, KvType kv, DType q);
-/// The decode kernel (items of at most kDecodeMaxRows rows) for this ISA, cache type, q dtype and
-/// head size; null when this build has none (kernel_for's kernel serves those items then).
-ItemFn decode_kernel_for(Isa isa, KvType kv, DType q, int head_size, KVLayout layout, bool token_scales, bool int4);
+/// The decode kernel (items of at most kDecodeMaxRows rows) for this ISA and the step's cache type,
+/// format, layout, q dtype and head size; null when this build has none (kernel_for's kernel
+/// serves those items then).
+ItemFn decode_kernel_for(Isa isa, const KernelArgs& a);
 
 }  // namespace attn::cpu_flash

@@ -32,10 +32,22 @@ inline void unpack_nvfp4(const uint8_t* row, int n, uint16_t* dst) {
   } table;
   const __m512 values = _mm512_load_ps(table.v);
   const __m128i low = _mm_set1_epi8(0x0F);
-  for (int g = 0; g < n / nvfp4::kGroup; ++g) {
+  // The bf16 bits of 32 fp32 values: the upper halves of v0's then v1's dwords.
+  const __m512i upper = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015, 0x001B0019, 0x001F001D,
+                                          0x00230021, 0x00270025, 0x002B0029, 0x002F002D, 0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
+  auto block = [&](__m128i codes, int g) {
+    return _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), values), _mm512_set1_ps(table.scale[scales[g]]));
+  };
+  int g = 0;
+  for (; g + 2 <= n / nvfp4::kGroup; g += 2) {  // two blocks: 16 code bytes
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + g * 8));
+    const __m128i lo = _mm_and_si128(bytes, low), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+    const __m512 v0 = block(_mm_unpacklo_epi8(lo, hi), g), v1 = block(_mm_unpackhi_epi8(lo, hi), g + 1);
+    _mm512_storeu_si512(dst + g * 16, _mm512_permutex2var_epi16(_mm512_castps_si512(v0), upper, _mm512_castps_si512(v1)));
+  }
+  if (g < n / nvfp4::kGroup) {  // an odd last block
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + g * 8));
-    const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
-    const __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), values), _mm512_set1_ps(table.scale[scales[g]]));
+    const __m512 v = block(_mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low)), g);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
   }
 #else

@@ -19,17 +19,23 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 namespace tq_detail {
 /// The 16 b-bit codes of dims 16g .. 16g + 15 (b = 3 or 4: 2b bytes, code i at bit b·i) as dword
-/// lanes. Reads 8 bytes from the group's first: at most 2 past a 3-bit group, which the slot
-/// always holds (the key's norm, the value's scale follow the codes).
+/// lanes: the group's 8 bytes in every 128-bit lane, lane i's four bytes from byte b·i / 8 on
+/// (vpshufb), shifted right by b·i % 8. Reads 8 bytes from the group's first: at most 2 past a
+/// 3-bit group, which the slot always holds (the key's norm, the value's scale follow the codes).
 inline __m512i codes16(const uint8_t* src, int g, int b) {
-  uint64_t w;
+  int64_t w;
   std::memcpy(&w, src + g * 2 * b, 8);
-  const __m512i all = _mm512_set1_epi64(int64_t(w));
-  const __m512i mask = _mm512_set1_epi64((1 << b) - 1);
-  const __m512i lo = _mm512_and_si512(_mm512_srlv_epi64(all, _mm512_setr_epi64(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b)), mask);
-  const __m512i hi =
-      _mm512_and_si512(_mm512_srlv_epi64(all, _mm512_setr_epi64(8 * b, 9 * b, 10 * b, 11 * b, 12 * b, 13 * b, 14 * b, 15 * b)), mask);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo)), _mm512_cvtepi64_epi32(hi), 1);
+  const __m512i all = _mm512_set1_epi64(w);
+  // Byte windows and shifts per lane i: 4-bit codes from byte i/2, 3-bit ones from byte 3i/8.
+  const __m512i win = b == 4 ? _mm512_setr_epi32(0x03020100, 0x03020100, 0x04030201, 0x04030201, 0x05040302, 0x05040302, 0x06050403,
+                                                 0x06050403, 0x07060504, 0x07060504, 0x08070605, 0x08070605, 0x09080706, 0x09080706,
+                                                 0x0A090807, 0x0A090807)
+                             : _mm512_setr_epi32(0x03020100, 0x03020100, 0x03020100, 0x04030201, 0x04030201, 0x04030201, 0x05040302,
+                                                 0x05040302, 0x06050403, 0x06050403, 0x06050403, 0x07060504, 0x07060504, 0x07060504,
+                                                 0x08070605, 0x08070605);
+  const __m512i sh = b == 4 ? _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)
+                            : _mm512_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5, 0, 3, 6, 1, 4, 7, 2, 5);
+  return _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(all, win), sh), _mm512_set1_epi32((1 << b) - 1));
 }
 inline float f16_at(const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8))); }
 }  // namespace tq_detail
@@ -44,21 +50,22 @@ struct TqCentroids {
   }
 };
 
-/// One slot's key (d values) into `dst` as fp32; `c`: the format's centroids for d.
-inline void unpack_tq_key(const uint8_t* slot, int d, const turboquant::Format& f, const TqCentroids& c16, float* dst) {
+/// One slot's key (d values) into `dst` as fp32 up to one factor per key, which it returns: the
+/// centroids with norm / |c|, or e4m3 values 2^-8 too small with 256 (exact fp16 bits, like the
+/// decode kernel's e4m3 rows). The key is dst · factor; the decode kernel puts the factor on the
+/// key's score rather than on every element.
+inline float unpack_tq_key_unscaled(const uint8_t* slot, int d, const turboquant::Format& f, const TqCentroids& c16, float* dst) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  if (d % 16 == 0 && f.key_fp8()) {  // e4m3 bytes through a 256-entry table
-    static const struct Table {
-      alignas(64) float v[256];
-      Table() {
-        for (int c = 0; c < 256; ++c) v[c] = fp8_e4m3_to_f32(uint8_t(c));
-      }
-    } table;
+  if (d % 16 == 0 && f.key_fp8()) {  // byte → fp16 bits (b & 0x7f) << 7, sign to bit 15; NaN codes stay NaN
     for (int x = 0; x < d; x += 16) {
-      const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slot + x)));
-      _mm512_storeu_ps(dst + x, _mm512_i32gather_ps(idx, table.v, 4));
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slot + x)));
+      const __m256i m = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7);
+      __m256i h = _mm256_or_si256(m, _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(m, _mm256_set1_epi16(0x3f80));
+      h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(h, _mm256_set1_epi16(0x7e00)));
+      _mm512_storeu_ps(dst + x, _mm512_cvtph_ps(h));
     }
-    return;
+    return 256.0f;
   }
   if (d % 16 == 0) {  // centroids by index, their norm, then the stored norm over it
     const __m512 table = _mm512_load_ps(c16.v);
@@ -68,14 +75,19 @@ inline void unpack_tq_key(const uint8_t* slot, int d, const turboquant::Format& 
       sq = _mm512_fmadd_ps(c, c, sq);
       _mm512_storeu_ps(dst + 16 * g, c);
     }
-    const float k = tq_detail::f16_at(slot + (d * f.key_bits + 7) / 8) * (1.0f / std::sqrt(_mm512_reduce_add_ps(sq) + 1e-16f));
-    const __m512 kv = _mm512_set1_ps(k);
-    for (int x = 0; x < d; x += 16) _mm512_storeu_ps(dst + x, _mm512_mul_ps(_mm512_loadu_ps(dst + x), kv));
-    return;
+    return tq_detail::f16_at(slot + (d * f.key_bits + 7) / 8) * (1.0f / std::sqrt(_mm512_reduce_add_ps(sq) + 1e-16f));
   }
 #endif
   (void)c16;
   turboquant::dequantize_key(slot, d, f, dst);
+  return 1.0f;
+}
+
+/// One slot's key (d values) into `dst` as fp32; `c`: the format's centroids for d.
+inline void unpack_tq_key(const uint8_t* slot, int d, const turboquant::Format& f, const TqCentroids& c16, float* dst) {
+  const float k = unpack_tq_key_unscaled(slot, d, f, c16, dst);
+  if (k != 1.0f)
+    for (int x = 0; x < d; ++x) dst[x] *= k;
 }
 
 /// One slot's value part (d values, at `v`) into `dst` as fp32.
