@@ -68,14 +68,16 @@ inline float unpack_tq_key_unscaled(const uint8_t* slot, int d, const turboquant
     return 256.0f;
   }
   if (d % 16 == 0) {  // centroids by index, their norm, then the stored norm over it
+    const int bits = f.key_bits;  // a local: the stores to dst cannot change it (no reloads per group)
     const __m512 table = _mm512_load_ps(c16.v);
     __m512 sq = _mm512_setzero_ps();
     for (int g = 0; g < d / 16; ++g) {
-      const __m512 c = _mm512_permutexvar_ps(tq_detail::codes16(slot, g, f.key_bits), table);
+      const __m512 c = _mm512_permutexvar_ps(tq_detail::codes16(slot, g, bits), table);
       sq = _mm512_fmadd_ps(c, c, sq);
       _mm512_storeu_ps(dst + 16 * g, c);
     }
-    return tq_detail::f16_at(slot + (d * f.key_bits + 7) / 8) * (1.0f / std::sqrt(_mm512_reduce_add_ps(sq) + 1e-16f));
+    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(_mm512_reduce_add_ps(sq) + 1e-16f)));
+    return tq_detail::f16_at(slot + (d * bits + 7) / 8) * (1.0f / norm);
   }
 #endif
   (void)c16;
@@ -94,10 +96,10 @@ inline void unpack_tq_key(const uint8_t* slot, int d, const turboquant::Format& 
 inline void unpack_tq_value(const uint8_t* v, int d, const turboquant::Format& f, float* dst) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   if (d % 16 == 0) {
-    const int data = (d * f.value_bits + 7) / 8;
+    const int bits = f.value_bits, data = (d * bits + 7) / 8;
     const __m512 scale = _mm512_set1_ps(tq_detail::f16_at(v + data)), mn = _mm512_set1_ps(tq_detail::f16_at(v + data + 2));
     for (int g = 0; g < d / 16; ++g)
-      _mm512_storeu_ps(dst + 16 * g, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, f.value_bits)), scale), mn));
+      _mm512_storeu_ps(dst + 16 * g, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, bits)), scale), mn));
     return;
   }
 #endif
