@@ -16,6 +16,7 @@
 #include "backends/cpu_flash/prefill.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
 #include "backends/cpu_flash/nvfp4_unpack.hpp"
+#include "backends/cpu_flash/turboquant_unpack.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -98,6 +99,7 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   // Key j's K or V row: in place where rows are contiguous, gathered for HND_PAIRS (the
   // pointer is valid until the next call).
   alignas(64) char gathered[kMaxPackDims * sizeof(float)];
+  const ATTN_CF_NS::TqCentroids tq_centroids = a.turboquant ? ATTN_CF_NS::TqCentroids(d, a.kv.tq) : ATTN_CF_NS::TqCentroids();
   auto src_row = [&](int j, bool is_v) -> const char* {
     const int32_t key = key0 + j;
     const int64_t b = bt[key / a.kv.block_size], t = key % a.kv.block_size;
@@ -114,6 +116,15 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
       if (a.kv.nvfp4) {  // e2m1 · block scale as a bf16 row (the global scale is the tile's)
         ATTN_CF_NS::unpack_nvfp4(reinterpret_cast<const uint8_t*>(base) + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v),
                                  is_v ? dv : d, reinterpret_cast<uint16_t*>(gathered));
+        return gathered;
+      }
+    if constexpr (T == KvType::f32)
+      if (a.turboquant) {  // the slot's key (rotated, or fp8 values) or value as an fp32 row
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(base) + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v);
+        if (is_v)
+          ATTN_CF_NS::unpack_tq_value(p, dv, a.kv.tq, reinterpret_cast<float*>(gathered));
+        else
+          ATTN_CF_NS::unpack_tq_key(p, d, a.kv.tq, tq_centroids, reinterpret_cast<float*>(gathered));
         return gathered;
       }
     if (a.kv.layout != KVLayout::HND_PAIRS) return base + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v) * kv_bytes<T>();

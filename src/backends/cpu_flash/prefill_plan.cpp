@@ -29,7 +29,7 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   PackLayout L;
   // ALiBi stays on the general kernel (a per-row, per-key bias in the epilogue is not worth a
   // variant for the few ALiBi models).
-  if (route == Route::off || a.alibi_slopes || a.turboquant) return L;  // turboquant: the general kernel unpacks its slots
+  if (route == Route::off || a.alibi_slopes) return L;
   // Items of up to kDecodeMaxRows rows belong to the decode kernel, which streams the cache
   // without packing it.
   L.min_rows = route == Route::all ? 1 : kDecodeMaxRows + 1;
@@ -37,7 +37,8 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   // values bf16 holds exactly (bf16, both fp8 formats); anything else widens to fp32. The bf16
   // K tiles hold dimension pairs, so an odd head size widens to fp32 too. Per-token-head caches
   // (int8 / e4m3 codes) keep their codes in bf16 tiles and their scales beside them; int4 ones
-  // (kv_type bf16) their codes − zero point, q rotated by the tile kernel.
+  // (kv_type bf16) their codes − zero point, q rotated by the tile kernel. turboquant slots (kv_type
+  // f32) unpack to fp32 tiles, q rotated by the tile kernel where the keys are rotated.
   L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 &&
            (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2 || a.kv_type == KvType::i8);
   L.token = L.bf16 && a.token_scales;

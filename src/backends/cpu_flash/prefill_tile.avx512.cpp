@@ -399,10 +399,15 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
     sc.lo[std::size_t(r)] = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
     if (r >= rows) continue;
     const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
-    if (a.int4) {  // rotated like the cache's vectors (see int4_head), then as the tiles take it
+    // int4 and turboquant's 3 / 4-bit keys live in a rotated space: q rotated like them (see
+    // int4_head, turboquant::rotate), then as the tiles take it.
+    if (a.int4 || (a.turboquant && !a.kv.tq.key_fp8())) {
       alignas(64) float qr[kMaxHeadSize];
       for (int x = 0; x < d; ++x) qr[x] = load_as_float(a.q, a.q_dtype, e + x);
-      int4_head::rotate_query(qr, d, a.q_dtype);
+      if (a.int4)
+        int4_head::rotate_query(qr, d, a.q_dtype);
+      else
+        turboquant::rotate(qr, d);
       for (int x = 0; x < d; ++x) {
         if constexpr (Bf16)
           sc.qb[std::size_t(r) * d + x] = f32_to_bf16(qr[x]);

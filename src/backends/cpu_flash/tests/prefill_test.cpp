@@ -136,6 +136,22 @@ TEST(CpuFlashPrefill, EveryKvDtypeAndHeadSizePadding) {
     }
 }
 
+TEST(CpuFlashPrefill, EveryPackedFormat) {
+  // int4 / nvfp4 unpacked to bf16 tiles, turboquant slots to fp32 tiles with q rotated: every row
+  // through the tiles (route all), a fresh prefill and a chunk on a context.
+  for (KVCacheDType kv : packed_kv_cache_dtypes())
+    for (DType io : {DType::float32, DType::bfloat16}) {
+      if (quick() && io == DType::float32) continue;
+      CaseSpec spec;
+      spec.config = layer(8, 2, 128, io);
+      spec.config.kv_cache_dtype = kv;
+      spec.seqs = {{0, 130}, {33, 40}};
+      spec.seed = attn::test::fresh_seed();
+      SCOPED_TRACE(std::string(to_string(io)) + " / " + std::string(to_string(kv)));
+      expect_prefill(spec);
+    }
+}
+
 TEST(CpuFlashPrefill, PackLayoutCoversOnlyVisibleTiles) {
   // gpt-oss-like: window 128, 2048 new tokens; every group packs all 32 tiles once, and the
   // decode-like items of another sequence stay on the general kernel.
