@@ -112,9 +112,13 @@ TEST(CpuFlashPrefill, FeaturesAgainstOracle) {
 }
 
 TEST(CpuFlashPrefill, EveryKvDtypeAndHeadSizePadding) {
+  // The packed formats too: int4 / nvfp4 unpacked to bf16 tiles, turboquant slots to fp32 tiles
+  // with q rotated.
+  std::vector<KVCacheDType> kvs = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3,
+                                   KVCacheDType::fp8_e5m2};
+  for (KVCacheDType k : packed_kv_cache_dtypes()) kvs.push_back(k);
   for (DType io : {DType::float32, DType::float16, DType::bfloat16})
-    for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3,
-                            KVCacheDType::fp8_e5m2}) {
+    for (KVCacheDType kv : kvs) {
       CaseSpec spec;
       spec.config = layer(8, 2, 128, io);
       spec.config.kv_cache_dtype = kv;
@@ -132,22 +136,6 @@ TEST(CpuFlashPrefill, EveryKvDtypeAndHeadSizePadding) {
       spec.seqs = {{0, 90}, {bs + 3, 20}};
       spec.seed = attn::test::fresh_seed();
       SCOPED_TRACE("head_size " + std::to_string(d) + " block_size " + std::to_string(bs));
-      expect_prefill(spec);
-    }
-}
-
-TEST(CpuFlashPrefill, EveryPackedFormat) {
-  // int4 / nvfp4 unpacked to bf16 tiles, turboquant slots to fp32 tiles with q rotated: every row
-  // through the tiles (route all), a fresh prefill and a chunk on a context.
-  for (KVCacheDType kv : packed_kv_cache_dtypes())
-    for (DType io : {DType::float32, DType::bfloat16}) {
-      if (quick() && io == DType::float32) continue;
-      CaseSpec spec;
-      spec.config = layer(8, 2, 128, io);
-      spec.config.kv_cache_dtype = kv;
-      spec.seqs = {{0, 130}, {33, 40}};
-      spec.seed = attn::test::fresh_seed();
-      SCOPED_TRACE(std::string(to_string(io)) + " / " + std::string(to_string(kv)));
       expect_prefill(spec);
     }
 }
