@@ -114,14 +114,28 @@ TEST(CpuIsa, ForcingABuildThisCpuCannotRunIsAnError) {
 // cpu_mla in the RunResult of a forward and in the descriptor's variant, the mixers in variant().
 TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
   for_each_cpu_isa(cpu::runnable_isas(detect_cpu()), [](Isa isa) {
-    CaseSpec flash;
-    flash.config.num_heads = 4, flash.config.num_kv_heads = 2, flash.config.head_size = 64;
-    flash.seqs = {{9, 3}, {20, 1}};
-    Case c = make_case(flash, "cpu_flash");
-    ForwardArgs args;
-    args.q = c.q.view(), args.out = c.out.view(), args.cache = c.cache.get();
-    const Isa flash_isa = std::min(isa, Isa::avx512_bf16);
-    EXPECT_EQ(c.impl->forward(c.md, args).variant, cpu::to_string(flash_isa));
+    // cpu_flash: bf16 dot products only for bf16 q on a cache bf16 holds exactly; fp32 q and a
+    // turboquant cache (fp32 rows) run the avx512 build on an AVX-512 BF16 machine, and say so.
+    const Isa flash_isa = std::min(isa, Isa::avx512_bf16), flash_fp32 = std::min(isa, Isa::avx512);
+    struct FlashLayer {
+      DType dtype;
+      KVCacheDType kv;
+      Isa runs;
+    };
+    for (const FlashLayer& f : {FlashLayer{DType::bfloat16, KVCacheDType::auto_, flash_isa}, FlashLayer{DType::bfloat16, KVCacheDType::fp8_e4m3, flash_isa},
+                                FlashLayer{DType::bfloat16, KVCacheDType::turboquant_4bit_nc, flash_fp32},
+                                FlashLayer{DType::float32, KVCacheDType::auto_, flash_fp32}, FlashLayer{DType::float16, KVCacheDType::auto_, flash_fp32}}) {
+      CaseSpec flash;
+      flash.config.num_heads = 4, flash.config.num_kv_heads = 2, flash.config.head_size = 64;
+      flash.config.dtype = f.dtype, flash.config.kv_cache_dtype = f.kv;
+      flash.seqs = {{9, 3}, {20, 1}};
+      Case c = make_case(flash, "cpu_flash");
+      ForwardArgs args;
+      args.q = c.q.view(), args.out = c.out.view(), args.cache = c.cache.get();
+      SCOPED_TRACE(std::string(to_string(f.dtype)) + " / " + std::string(to_string(f.kv)));
+      EXPECT_EQ(c.impl->forward(c.md, args).variant, cpu::to_string(f.runs));
+      EXPECT_EQ(Registry::instance().find("cpu_flash")->variant(detect_cpu(), flash.config), cpu::to_string(f.runs));
+    }
 
     MlaCaseSpec mla_spec;
     mla_spec.num_heads = 4;
@@ -136,7 +150,7 @@ TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
     const auto decided = [&](const char* backend) {
       return Registry::instance().find(backend)->variant(detect_cpu(), m.params.config);
     };
-    EXPECT_EQ(decided("cpu_flash"), cpu::to_string(flash_isa));
+    EXPECT_EQ(decided("cpu_flash"), cpu::to_string(m.params.config.dtype == DType::bfloat16 ? flash_isa : flash_fp32));
     EXPECT_EQ(decided("cpu_mla"), mla::variant_name(mla_isa));
     EXPECT_EQ(decided("cpu_sparse"), std::string(mla::variant_name(mla_isa)) + " topk");
     EXPECT_EQ(decided("cpu_blocksparse"), std::string(mla::variant_name(std::min(mla_isa, Isa::avx512_bf16))) + " block-sparse");

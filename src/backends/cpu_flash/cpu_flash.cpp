@@ -43,7 +43,8 @@ class FlashStepPlan final : public StepPlan {
 
 class CpuFlashImpl final : public AttentionImpl {
  public:
-  explicit CpuFlashImpl(const LayerParams& p) : AttentionImpl("cpu_flash", p), isa_(isa_for_variant(p.variant, detect_cpu())), variant_(to_string(isa_)) {
+  explicit CpuFlashImpl(const LayerParams& p)
+      : AttentionImpl("cpu_flash", p), isa_(layer_isa(isa_for_variant(p.variant, detect_cpu()), p.config)), variant_(to_string(isa_)) {
     params_.validate();
     const LayerConfig& c = params_.config;
     require(supports_head_size(c.head_size), "head_size", c.head_size, "one of " + head_size_rule().describe() + " (cpu_flash)");
@@ -173,7 +174,10 @@ BackendDescriptor cpu_flash_descriptor() {
                                   .otherwise = KVLayout::HND,
                                   .cpu_features = {CpuFeature::avx512_bf16}};
   d.preferred_block_size = 64;
-  d.variant = [](const Platform& p, const LayerConfig&) { return std::string(cpu_flash::to_string(cpu_flash::chosen_isa(p))); };
+  // The build the layer's kernels run (fp32 q on an AVX-512 BF16 machine runs the avx512 one).
+  d.variant = [](const Platform& p, const LayerConfig& c) {
+    return std::string(cpu_flash::to_string(cpu_flash::layer_isa(cpu_flash::chosen_isa(p), c)));
+  };
   d.variants = cpu_flash::isa_variants;
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<cpu_flash::CpuFlashImpl>(p); };
   return d;

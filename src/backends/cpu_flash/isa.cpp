@@ -26,6 +26,16 @@ Isa chosen_isa(const Platform& p) {
   return isa;
 }
 
+Isa layer_isa(Isa isa, const LayerConfig& c) {
+  if (isa != Isa::avx512_bf16) return isa;
+  if (c.dtype != DType::bfloat16 || is_turboquant(c.kv_cache_dtype)) return Isa::avx512;
+  if (c.kv_cache_dtype == KVCacheDType::int4_per_token_head || is_nvfp4(c.kv_cache_dtype)) return isa;  // bf16 rows
+  const DType s = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  if (s == DType::bfloat16) return isa;
+  const bool codes = s == DType::fp8_e4m3 || s == DType::fp8_e5m2 || s == DType::int8;  // bf16 tiles and pair kernels
+  return codes && c.head_size % 2 == 0 ? isa : Isa::avx512;
+}
+
 std::vector<std::string> isa_variants(const Platform& p) {
   std::vector<std::string> out;
   for (Isa isa : kBuilds)

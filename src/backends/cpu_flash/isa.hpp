@@ -20,6 +20,11 @@ Isa best_isa(const Platform& platform);
 /// best_isa, or the one ATTN_CPU_ISA forces (cpu::choose: attn::Error for an unknown name or a
 /// build this CPU cannot run).
 Isa chosen_isa(const Platform& platform);
+/// The ISA a layer's kernels run at when `isa` is chosen: avx512_bf16 only where one of them takes
+/// bf16 dot products (bf16 q on a cache whose values bf16 holds exactly: bf16, fp8 and int8 codes,
+/// int4 and nvfp4 rows unpacked; an even head size for the byte formats' tiles), else avx512,
+/// which then runs. What the descriptor shows as the layer's variant and what its impl runs.
+Isa layer_isa(Isa isa, const LayerConfig& c);
 /// The variants `platform` can run, best first (BackendDescriptor::variants).
 std::vector<std::string> isa_variants(const Platform& platform);
 /// LayerParams::variant: "" = chosen_isa; else one of isa_variants (attn::Error otherwise).
