@@ -10,8 +10,11 @@
 //   online softmax in fp32 (AVX-512): rows are the 16 lanes, so per-row max/sum are lane-wise
 //   O[16 rows][rank] += P[16][32] · V[32][rank] TDPBF16PS, A = P (bf16, transposed from Sᵀ),
 //                                              B = the entries' latent part packed as key pairs
-// q is split into bf16 hi + lo parts when it is not exactly bf16 (f32 / f16 I/O), so the scores
-// keep fp32-like accuracy; only P is rounded to bf16.
+// q is split into bf16 hi + lo parts when it is not exactly bf16 (f32 / f16 I/O), and then P is
+// split the same way (a second P·V product), so those callers keep fp32-like accuracy.
+// A masked key is a zero in P, and 0 · NaN is NaN inside a tile product: a chunk whose V holds
+// inf / NaN (poisoned or unwritten slots) runs the tile product on zeros in their place and adds
+// them back only to the rows that see those keys.
 #include "kernels/latent/mla_kernel.hpp"
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -69,13 +72,16 @@ inline const uint8_t* entry_ptr(const PagedKV& kv, int64_t slot) {
 /// Two cache entries (keys 2i, 2i+1; null = a zero row past the chunk's end) → their bf16 rows
 /// of `wp` values in the key buffer (zero padded) and row i of the V pair tiles, which holds
 /// (V[2i][c], V[2i+1][c]) for every latent column c. One pass: the cache bytes are read once.
-ATTN_AMX_TARGET void pack_pair(DType dtype, const uint8_t* src0, const uint8_t* src1, int width, int wp, int rank,
+/// Returns bit e set where entry e's latent part (V) holds a non-finite value.
+ATTN_AMX_TARGET unsigned pack_pair(DType dtype, const uint8_t* src0, const uint8_t* src1, int width, int wp, int rank,
                                uint16_t* k0, uint16_t* vp_row, bool store_k) {
   alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                                   24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  const __m512i exp_bits = _mm512_set1_epi16(0x7f80);
+  unsigned nonfinite = 0;
   uint16_t* k1 = k0 + wp;
   const bool bf16 = dtype == DType::bfloat16;
   if (!bf16) {
@@ -108,10 +114,14 @@ ATTN_AMX_TARGET void pack_pair(DType dtype, const uint8_t* src0, const uint8_t* 
       vb = _mm512_load_si512(k1 + d);
     }
     if (d < rank) {  // rank % 32 == 0
+      // bf16 inf / NaN: every exponent bit set.
+      if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(va, exp_bits), exp_bits)) nonfinite |= 1u;
+      if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(vb, exp_bits), exp_bits)) nonfinite |= 2u;
       _mm512_store_si512(vp_row + 2 * d, _mm512_permutex2var_epi16(va, lo, vb));
       _mm512_store_si512(vp_row + 2 * d + 32, _mm512_permutex2var_epi16(va, hi, vb));
     }
   }
+  return nonfinite;
 }
 
 ATTN_AMX_TARGET inline __m512 bf16_hi_as_f32(__m512i bf16_pairs_lo) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_pairs_lo, 16)); }
@@ -162,8 +172,38 @@ ATTN_AMX_TARGET bool pack_q(const float* q, int rows, int width, float inv_mul, 
   return need_lo;
 }
 
+/// A chunk's V pair rows with the non-finite values of the keys in `bad` (bit t = key t) set to
+/// 0, those values kept in `held` ([kKeys][rank], bf16). The tile product then adds exact zeros
+/// for rows that do not see those keys, as with finite values (bit for bit).
+ATTN_AMX_TARGET void hold_nonfinite(uint16_t* vp, unsigned bad, int rank, uint16_t* held) {
+  for (int t = 0; t < kKeys; ++t) {
+    if (!((bad >> t) & 1)) continue;
+    uint16_t* v = vp + size_t(t / 2) * rank * 2 + (t & 1);
+    for (int c = 0; c < rank; ++c) {
+      held[size_t(t) * rank + c] = v[2 * c];
+      if ((v[2 * c] & 0x7f80) == 0x7f80) v[2 * c] = 0;
+    }
+  }
+}
+
+/// Adds p · V for the held non-finite values of each key a row sees (t < lim[r] - c0): the inf /
+/// NaN the tile product left out, so rows that see them get them as the reference does.
+ATTN_AMX_TARGET void add_nonfinite(const uint16_t* p, const uint16_t* plo, unsigned bad, const uint16_t* held,
+                                   const int32_t* lim, int c0, int rank, float* acc) {
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < std::min(kKeys, lim[r] - c0); ++t) {
+      if (!((bad >> t) & 1)) continue;
+      float w = bf16_to_f32(p[r * kKeys + t]);
+      if (plo) w += bf16_to_f32(plo[r * kKeys + t]);
+      const uint16_t* v = held + size_t(t) * rank;
+      for (int c = 0; c < rank; ++c)
+        if ((v[c] & 0x7f80) == 0x7f80) acc[size_t(r) * rank + c] += w * bf16_to_f32(v[c]);
+    }
+  }
+}
+
 struct Scratch {
-  std::vector<uint16_t> k, v, q, p;
+  std::vector<uint16_t> k, v, q, p, plo, held;
   std::vector<float> s, acc, m, l, alpha;
   std::vector<int32_t> lim;
 };
@@ -207,6 +247,8 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
   uint16_t* kbuf = aligned(sc.k, size_t(kKeys) * wp);
   uint16_t* vp = aligned(sc.v, size_t(kKeys) * R);
   uint16_t* pbuf = aligned(sc.p, size_t(kRows) * kKeys);
+  uint16_t* plobuf = aligned(sc.plo, size_t(kRows) * kKeys);  // P's bf16 residue (f32 / f16 I/O)
+  uint16_t* held = aligned(sc.held, size_t(kKeys) * R);        // a chunk's non-finite V rows
   float* sbuf = aligned(sc.s, size_t(kKeys) * kRows);
   const __m512 smul = _mm512_set1_ps(q_mul * a.kv_scale);
   const int64_t ld_acc = int64_t(R) * 4;
@@ -230,9 +272,11 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
     for (int j = 1; j < n && direct; ++j) direct = cur[j] == cur[0] + j * entry_bytes;
     const uint16_t* kbase = direct ? reinterpret_cast<const uint16_t*>(cur[0]) : kbuf;
     const int64_t ld_k = direct ? entry_bytes : int64_t(wp) * 2;
+    unsigned bad_v = 0;  // bit t: entry t's V part holds inf / NaN
     for (int i = 0; i < kKeys / 2; ++i)
-      pack_pair(a.kv->dtype, 2 * i < n ? cur[2 * i] : nullptr, 2 * i + 1 < n ? cur[2 * i + 1] : nullptr, W, wp, R,
-                kbuf + size_t(2 * i) * wp, vp + size_t(i) * R * 2, !direct);
+      bad_v |= pack_pair(a.kv->dtype, 2 * i < n ? cur[2 * i] : nullptr, 2 * i + 1 < n ? cur[2 * i + 1] : nullptr, W, wp, R,
+                kbuf + size_t(2 * i) * wp, vp + size_t(i) * R * 2, !direct) << (2 * i);
+    if (bad_v) hold_nonfinite(vp, bad_v, R, held);
 
     for (int g = 0; g < G; ++g) {
       if (group_limit[g] <= c0) continue;
@@ -271,7 +315,7 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
       const __m512 al = _mm512_maskz_mov_ps(had, simd::exp2_ps(_mm512_sub_ps(m_old, mx)));
       const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
       __m512 sum = _mm512_setzero_ps();
-      __m512i pairs[16];
+      __m512i pairs[16], lo_pairs[16];
       alignas(64) static const uint16_t mix_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
       const __m512i mix = _mm512_load_si512(mix_idx);
@@ -288,10 +332,20 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
           }
         }
         // Lane r: the bf16 pair (p[2i][r], p[2i+1][r]); transposed below into P rows.
-        pairs[i] = _mm512_permutexvar_epi16(mix, (__m512i)_mm512_cvtne2ps_pbh(p2[1], p2[0]));
+        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(p2[1], p2[0]);
+        pairs[i] = _mm512_permutexvar_epi16(mix, h);
+        if (need_lo) {
+          const __m512 r0 = _mm512_sub_ps(p2[0], bf16_hi_as_f32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h))));
+          const __m512 r1 = _mm512_sub_ps(p2[1], bf16_hi_as_f32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1))));
+          lo_pairs[i] = _mm512_permutexvar_epi16(mix, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
+        }
       }
       simd::transpose16(pairs);
       for (int r = 0; r < kRows; ++r) _mm512_store_si512(pbuf + r * kKeys, pairs[r]);
+      if (need_lo) {
+        simd::transpose16(lo_pairs);
+        for (int r = 0; r < kRows; ++r) _mm512_store_si512(plobuf + r * kKeys, lo_pairs[r]);
+      }
       _mm512_store_ps(l + g * kRows, _mm512_fmadd_ps(_mm512_load_ps(l + g * kRows), al, sum));
       _mm512_store_ps(m + g * kRows, mx);
       _mm512_store_ps(alpha, al);
@@ -302,19 +356,24 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
         for (int c = 0; c < R; c += 16) _mm512_store_ps(row + c, _mm512_mul_ps(_mm512_load_ps(row + c), va));
       }
 
-      _tile_loadd(5, pbuf, 64);
       float* ag = acc + size_t(g) * kRows * R;
-      int c = 0;
-      for (; c + 32 <= R; c += 32) {
+      _tile_loadd(5, pbuf, 64);
+      if (need_lo) _tile_loadd(4, plobuf, 64);
+      for (int c = 0; c + 32 <= R; c += 32) {
         _tile_loadd(0, ag + c, ld_acc);
         _tile_loadd(1, vp + 2 * c, ld_acc);
         _tile_loadd(2, ag + c + 16, ld_acc);
         _tile_loadd(3, vp + 2 * c + 32, ld_acc);
         _tile_dpbf16ps(0, 5, 1);
         _tile_dpbf16ps(2, 5, 3);
+        if (need_lo) {
+          _tile_dpbf16ps(0, 4, 1);
+          _tile_dpbf16ps(2, 4, 3);
+        }
         _tile_stored(0, ag + c, ld_acc);
         _tile_stored(2, ag + c + 16, ld_acc);
       }
+      if (bad_v) add_nonfinite(pbuf, need_lo ? plobuf : nullptr, bad_v, held, lim + g * kRows, c0, R, ag);
     }
   }
   _tile_release();
