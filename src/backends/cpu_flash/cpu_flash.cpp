@@ -44,7 +44,9 @@ class FlashStepPlan final : public StepPlan {
 class CpuFlashImpl final : public AttentionImpl {
  public:
   explicit CpuFlashImpl(const LayerParams& p)
-      : AttentionImpl("cpu_flash", p), isa_(layer_isa(isa_for_variant(p.variant, detect_cpu()), p.config)), variant_(to_string(isa_)) {
+      : AttentionImpl("cpu_flash", p), isa_(layer_isa(isa_for_variant(p.variant, detect_cpu()), p.config)),
+        tile_isa_(tile_isa(isa_, !p.variant.empty())),
+        variant_(to_string(isa_)) {
     params_.validate();
     const LayerConfig& c = params_.config;
     require(supports_head_size(c.head_size), "head_size", c.head_size, "one of " + head_size_rule().describe() + " (cpu_flash)");
@@ -60,7 +62,7 @@ class CpuFlashImpl final : public AttentionImpl {
     shape.causal = md.causal;
     Plan items = make_plan(md, PlanShape{shape.group, shape.num_kv_heads, shape.head_size_v, shape.window, shape.causal,
                                          mm_ranges(md)});
-    prefill::PackLayout pack = prefill::plan_for(shape, items, isa_, prefill_route_);
+    prefill::PackLayout pack = prefill::plan_for(shape, items, tile_isa_, prefill_route_);
     return std::make_shared<FlashStepPlan>(params_.config, md, spec, std::move(items), std::move(pack));
   }
 
@@ -135,6 +137,7 @@ class CpuFlashImpl final : public AttentionImpl {
   }
 
   Isa isa_;
+  Isa tile_isa_;  // the prefill tiles' build: isa_, or avx512 where bf16 dot products do not pay
   std::string variant_;
   prefill::Route prefill_route_ = prefill::route_from_env();
 };

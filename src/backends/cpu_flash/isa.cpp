@@ -13,15 +13,17 @@ constexpr std::initializer_list<Isa> kBuilds = {Isa::avx512_bf16, Isa::avx512, I
 
 Isa best_isa(const Platform& p) { return cpu::best_of(p, kBuilds); }
 
-Isa chosen_isa(const Platform& p) {
-  const Isa isa = cpu::choose(p, kBuilds);
+Isa chosen_isa(const Platform& p) { return cpu::choose(p, kBuilds); }
+
+Isa tile_isa(Isa isa, bool named) {
 #if defined(__x86_64__) || defined(_M_X64)
-  // Where bf16 dot products run slower than fp32 FMA (measured on this CPU, once), the fp32
-  // build is the faster one; only timed when this CPU itself can run the instruction, and only
-  // when no build is forced.
-  if (isa == Isa::avx512_bf16 && !cpu::forced_isa() && best_isa(detect_cpu()) == Isa::avx512_bf16 &&
-      !prefill::bf16_dot_beats_fma())
-    return Isa::avx512;
+  // The prefill tiles are compute-bound: where bf16 dot products run slower than fp32 FMA per
+  // FLOP (measured on this CPU, once: Intel Sapphire / Emerald Rapids do half the FMA rate), the
+  // tiles take fp32. Decode stays on bf16 dot products there: it is bound by the bytes it reads,
+  // which the bf16 pair cache halves. A build named by the caller or ATTN_CPU_ISA is run as named.
+  if (isa == Isa::avx512_bf16 && !named && !cpu::forced_isa() && !prefill::bf16_dot_beats_fma()) return Isa::avx512;
+#else
+  (void)named;
 #endif
   return isa;
 }

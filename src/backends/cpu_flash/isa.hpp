@@ -20,6 +20,10 @@ Isa best_isa(const Platform& platform);
 /// best_isa, or the one ATTN_CPU_ISA forces (cpu::choose: attn::Error for an unknown name or a
 /// build this CPU cannot run).
 Isa chosen_isa(const Platform& platform);
+/// The build the prefill tiles of a layer running `isa` use: avx512 (fp32 tiles) where this CPU's
+/// bf16 dot products are slower than its fp32 FMA, unless the build was `named` (a variant the
+/// caller asked for) or forced by ATTN_CPU_ISA; else `isa`.
+Isa tile_isa(Isa isa, bool named);
 /// The ISA a layer's kernels run at when `isa` is chosen: avx512_bf16 only where one of them takes
 /// bf16 dot products (bf16 q on a cache whose values bf16 holds exactly: bf16, fp8 and int8 codes,
 /// int4 and nvfp4 rows unpacked; an even head size for the byte formats' tiles), else avx512,
