@@ -114,9 +114,10 @@ TEST(CpuIsa, ForcingABuildThisCpuCannotRunIsAnError) {
 // cpu_mla in the RunResult of a forward and in the descriptor's variant, the mixers in variant().
 TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
   for_each_cpu_isa(cpu::runnable_isas(detect_cpu()), [](Isa isa) {
-    // cpu_flash: bf16 dot products only for bf16 q on a cache bf16 holds exactly; fp32 q and a
-    // turboquant cache (fp32 rows) run the avx512 build on an AVX-512 BF16 machine, and say so.
-    const Isa flash_isa = std::min(isa, Isa::avx512_bf16), flash_fp32 = std::min(isa, Isa::avx512);
+    // cpu_flash: bf16 dot products only for bf16 q on a cache bf16 holds exactly (on AMX tiles for
+    // head sizes of whole tile rows: 64 here); fp32 q and a turboquant cache (fp32 rows) run the
+    // avx512 build on an AVX-512 BF16 machine, and say so.
+    const Isa flash_isa = isa, flash_fp32 = std::min(isa, Isa::avx512);
     struct FlashLayer {
       DType dtype;
       KVCacheDType kv;

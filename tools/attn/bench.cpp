@@ -44,12 +44,17 @@ BenchCeilings measure_ceilings(int threads, bool quick, attn_bench::ReadStream& 
 
 /// Ceiling samples taken next to one shape's kernel runs (called before and after them), so both
 /// see the same machine: two all-thread reads (decode) or two matmul-peak runs (prefill) per
-/// call. They join the run's samples.
-void sample_adjacent(bool decode, BenchCeilings& c, attn_bench::ReadStream& dram, std::vector<double>& adjacent) {
+/// call. They join the run's samples. A prefill on the amx variant runs its products on AMX
+/// tiles: its peak is AMX's, not the best AVX-512 one.
+void sample_adjacent(bool decode, bool amx, BenchCeilings& c, attn_bench::ReadStream& dram, std::vector<double>& adjacent) {
   std::vector<double> runs;
   if (decode) {
     for (int i = 0; i < 2; ++i) runs.push_back(dram.once());
     c.read_all.add(runs);
+  } else if (amx) {
+    if (c.amx_bf16.value <= 0) return;
+    runs = attn_bench::amx_bf16(c.threads, 2).samples;
+    c.amx_bf16.add(runs);
   } else {
     const bool dot = c.bf16_dot.value >= c.fp32_fma.value;
     attn_bench::Ceiling& peak = dot ? c.bf16_dot : c.fp32_fma;
@@ -69,9 +74,10 @@ BenchRow measure_shape(const Shape& s, BenchCeilings& c, attn_bench::ReadStream&
   {
     attn_bench::Workload w(s, "cpu_flash", c.threads, c.pool.bytes);
     std::vector<double> adjacent;
-    sample_adjacent(is_decode(s), c, dram, adjacent);
+    const bool amx = w.variant() == "amx";
+    sample_adjacent(is_decode(s), amx, c, dram, adjacent);
     flash_s = w.median_seconds(reps);
-    sample_adjacent(is_decode(s), c, dram, adjacent);
+    sample_adjacent(is_decode(s), amx, c, dram, adjacent);
     r.adjacent_ceiling = attn_bench::quantile(adjacent, 0.5);
     r.variant = w.variant();
     r.instances = w.instances();
@@ -125,7 +131,7 @@ BenchResults merge_rounds(const std::vector<BenchResults>& rounds) {
   }
   // Against a quiet moment of the same machine: the 90th percentile of the whole run's samples.
   for (BenchRow& row : out.rows) {
-    const double p90 = row.kind == "decode" ? c.read_all.p90 : c.matmul_peak_p90();
+    const double p90 = row.kind == "decode" ? c.read_all.p90 : row.variant == "amx" ? c.amx_bf16.p90 : c.matmul_peak_p90();
     row.fraction_p90 = p90 > 0 ? row.figure / p90 : 0;
   }
   return out;

@@ -70,6 +70,7 @@ nlohmann::ordered_json bench_json(const BenchResults& r) {
     j[n + ".ms"] = row.ms;
     j[n + ".pool"] = c.pool.label();
     j[n + ".instances"] = row.instances;
+    j[n + ".variant"] = row.variant;
     if (row.kind == "decode") {
       j[n + ".kv_gbs"] = row.figure;
       j[n + ".adjacent_dram_gbs"] = row.adjacent_ceiling;
@@ -135,7 +136,7 @@ void print_bench_table(const BenchResults& r) {
   }
   if (!r.rows.empty())
     std::printf("(of adj.: decode vs the %s reads on %d threads sampled just before and after the shape, prefill vs "
-                "max(fp32 FMA, bf16 dot) sampled there; of p90: vs the whole run's 90th percentile of that ceiling)\n",
+                "max(fp32 FMA, bf16 dot) sampled there (AMX bf16 for the amx variant); of p90: vs the whole run's 90th percentile of that ceiling)\n",
                 mem, c.threads);
   for (const auto& [key, ratio] : quantized_vs_bf16(r.rows)) std::printf("time vs the bf16 cache, %s: %.2f\n", key.c_str(), ratio);
   for (const FigureSet& s : r.sets) {

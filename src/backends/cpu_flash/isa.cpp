@@ -7,8 +7,9 @@
 
 namespace attn::cpu_flash {
 namespace {
-// The kernel builds this family has (best first in isa_variants).
-constexpr std::initializer_list<Isa> kBuilds = {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic};
+// The kernel builds this family has (best first in isa_variants). amx is avx512_bf16 with the
+// prefill tiles' products on AMX.
+constexpr std::initializer_list<Isa> kBuilds = {Isa::amx, Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic};
 }  // namespace
 
 Isa best_isa(const Platform& p) { return cpu::best_of(p, kBuilds); }
@@ -29,7 +30,13 @@ Isa tile_isa(Isa isa, bool named) {
 }
 
 Isa layer_isa(Isa isa, const LayerConfig& c) {
-  if (isa != Isa::avx512_bf16) return isa;
+  if (isa < Isa::avx512_bf16) return isa;
+  // AMX serves the bf16 prefill tiles of head sizes in whole 64-byte tile rows (ALiBi layers
+  // never take the tiles); the rest of such a layer runs the avx512_bf16 kernels.
+  if (isa == Isa::amx) {
+    const Isa below = layer_isa(Isa::avx512_bf16, c);
+    return below == Isa::avx512_bf16 && c.head_size % 32 == 0 && !c.use_alibi ? Isa::amx : below;
+  }
   if (c.dtype != DType::bfloat16 || is_turboquant(c.kv_cache_dtype)) return Isa::avx512;
   if (c.kv_cache_dtype == KVCacheDType::int4_per_token_head || is_nvfp4(c.kv_cache_dtype)) return isa;  // bf16 rows
   const DType s = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
@@ -55,7 +62,7 @@ Isa isa_for_variant(const std::string& variant, const Platform& p) {
 ItemFn kernel_for(Isa isa, KvType kv, DType q) {
   const int k = int(kv);
 #if defined(__x86_64__) || defined(_M_X64)
-  if (isa == Isa::avx512_bf16 && q == DType::bfloat16 && kernels_avx512_bf16().by_kv[k]) return kernels_avx512_bf16().by_kv[k];
+  if (isa >= Isa::avx512_bf16 && q == DType::bfloat16 && kernels_avx512_bf16().by_kv[k]) return kernels_avx512_bf16().by_kv[k];
   if (isa >= Isa::avx512) return kernels_avx512().by_kv[k];
   if (isa == Isa::avx2) return kernels_avx2().by_kv[k];
 #endif
@@ -74,7 +81,7 @@ ItemFn decode_kernel_for(Isa isa, const KernelArgs& a) {
   const KvType kv = a.kv_type;
   const int head_size = a.head_size;
   const KVLayout layout = a.kv.layout;
-  const bool bf16_dot = isa == Isa::avx512_bf16 && a.q_dtype == DType::bfloat16;
+  const bool bf16_dot = isa >= Isa::avx512_bf16 && a.q_dtype == DType::bfloat16;
   const bool token_scales = a.kv.k_token_scales != nullptr, int4 = a.int4;
   // nvfp4 rows and turboquant slots: unpacked per chunk into scratch rows (exact bf16, or fp32).
   if (a.kv.nvfp4 || a.turboquant)

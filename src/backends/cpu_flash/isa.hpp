@@ -1,7 +1,7 @@
 #pragma once
-/// cpu_flash's kernel table over the CPU layer's builds (src/cpu/isa.hpp): generic, avx2, avx512
-/// and avx512_bf16; ATTN_CPU_ISA forces one (amx runs avx512_bf16). Tests use the override to
-/// cover every variant.
+/// cpu_flash's kernel table over the CPU layer's builds (src/cpu/isa.hpp): generic, avx2, avx512,
+/// avx512_bf16 and amx (avx512_bf16 with the bf16 prefill tiles' products on AMX); ATTN_CPU_ISA
+/// forces one. Tests use the override to cover every variant.
 #include <string>
 #include <string_view>
 #include <vector>

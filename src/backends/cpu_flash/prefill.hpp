@@ -7,12 +7,13 @@
 ///   pack  (prefill_pack.avx512.cpp)   K and V of every (sequence, KV head) into 64-key tiles,
 ///                                     once, shared by every query tile of the group
 ///   tile  (prefill_tile.avx512.cpp)   Q·Kᵀ + fused online softmax + P·V per query tile
+///   amx   (prefill_amx.cpp)           the tile's two products on AMX, where the CPU has it
 ///   rates (prefill_rates.avx512.cpp)  bf16 dot vs fp32 FMA, measured once per process
 ///   run   (prefill_run.cpp)           packing on all threads, then a hook for the item loop
 ///
-/// Two instruction sets for the same tiles: `vdpbf16ps` on bf16 tiles (bf16 q, with a bf16 or
-/// fp8 cache: both widen to bf16 exactly) and fp32 FMA on tiles widened to fp32 (every other
-/// dtype, and CPUs where the bf16 dot runs slower than fp32 FMA).
+/// Three instruction sets for the same tiles: `vdpbf16ps` or AMX's `tdpbf16ps` on bf16 tiles
+/// (bf16 q, with a bf16 or fp8 cache: both widen to bf16 exactly) and fp32 FMA on tiles widened
+/// to fp32 (every other dtype, and CPUs without AMX where the bf16 dot runs slower than fp32 FMA).
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,7 @@ Route route_from_env();
 /// keys at or past the sequence's length are zeros, never cache contents.
 struct PackLayout {
   bool bf16 = false;         // tiles hold bf16 (vdpbf16ps layout) or fp32
+  bool amx = false;          // bf16 tiles whose products run on AMX (head size a multiple of 32)
   /// bf16 tiles of a per-token-head cache: the tiles hold the codes (exact in bf16), and each K
   /// tile is followed by its 64 keys' K scales (fp32), each V tile's values by their V scales; the
   /// tile kernel applies them to the scores and to P. (fp32 tiles hold code × scale instead.)
@@ -68,8 +70,8 @@ struct PackLayout {
 };
 
 /// Decides the path for this call and lays out the packed buffer (bytes = 0: path not taken).
-/// `bf16_dot` says the chosen ISA runs bf16 dot products.
-PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route route);
+/// `bf16_dot` says the chosen ISA runs bf16 dot products, `amx` that it runs them on AMX tiles.
+PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, bool amx, Route route);
 /// True when `it` runs on the prefill kernel under `layout`.
 bool takes_prefill(const PackLayout& layout, const KernelArgs& a, const WorkItem& it);
 
@@ -80,6 +82,15 @@ void pack_tile_avx512(const KernelArgs& a, const PackLayout& layout, const PackL
 void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkItem& it, const char* buf);
 /// Grows the calling thread's tile scratch to what an item of up to `rows` rows needs.
 void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& layout, int rows);
+/// AMX products (prefill_amx.cpp; only on CPUs the amx build runs on). amx_begin loads the
+/// calling thread's tile configuration, amx_end releases it.
+void amx_begin();
+void amx_end();
+/// S[16][64] (row stride 64) = Q[16][d] (bf16, row stride d; d a multiple of 32) · Kᵀ of a packed
+/// bf16 K tile.
+void amx_scores(const uint16_t* q, int d, const char* ktile, float* s);
+/// O[16][dvp] (row stride dvp) += P[16][64] (bf16, row stride 64) · a packed bf16 V tile.
+void amx_pv(const uint16_t* p, const char* vtile, int dvp, float* o);
 /// Whether vdpbf16ps outruns fp32 FMA on this CPU, per FLOP (measured once, < 2 ms).
 bool bf16_dot_beats_fma();
 /// The measured rates behind that choice (GFLOP/s on one thread), for reports.

@@ -25,7 +25,7 @@ bool takes_prefill(const PackLayout& layout, const KernelArgs& a, const WorkItem
   return layout.group(it.seq, it.kv_head, a.num_kv_heads).offset >= 0;
 }
 
-PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route route) {
+PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, bool amx, Route route) {
   PackLayout L;
   // ALiBi stays on the general kernel (a per-row, per-key bias in the epilogue is not worth a
   // variant for the few ALiBi models).
@@ -42,6 +42,8 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, Route
   L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 &&
            (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2 || a.kv_type == KvType::i8);
   L.token = L.bf16 && a.token_scales;
+  // AMX tiles take q 32 dimensions (one 64-byte tile row) at a time.
+  L.amx = amx && L.bf16 && a.head_size % 32 == 0;
   L.head_size = a.head_size;
   L.dv_pad = (a.head_size_v + 15) / 16 * 16;
   const int64_t elem = L.bf16 ? 2 : 4;

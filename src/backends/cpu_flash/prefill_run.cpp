@@ -6,7 +6,7 @@ namespace attn::cpu_flash::prefill {
 
 PackLayout plan_for(const KernelArgs& a, const Plan& plan, Isa isa, Route route) {
 #if defined(__x86_64__) || defined(_M_X64)
-  if (isa >= Isa::avx512) return plan_pack(a, plan, isa == Isa::avx512_bf16, route);
+  if (isa >= Isa::avx512) return plan_pack(a, plan, isa >= Isa::avx512_bf16, isa == Isa::amx, route);
 #endif
   (void)a, (void)plan, (void)isa, (void)route;
   return {};

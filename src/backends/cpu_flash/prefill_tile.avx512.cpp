@@ -9,6 +9,8 @@
 // Key tiles outside every row's visible range are never visited (causal future, sliding
 // window); only 16-key vectors that some row sees are computed, and only micro-tiles crossing
 // a row's first or last visible key are masked.
+// On AMX (PackLayout::amx) steps 1 and 3 run on the tile unit for 16 rows × the whole 64-key
+// tile at a time (prefill_amx.cpp); step 2 reads S from memory, O is rescaled in memory.
 #define ATTN_CF_NS prefill_avx512
 #include "backends/cpu_flash/simd_avx512.hpp"
 #include "attn/numeric.hpp"
@@ -53,8 +55,8 @@ inline __m512 exp2v(__m512 x) {
 
 /// Per-thread tile state, grown on demand and reused across items and calls.
 struct Scratch {
-  std::vector<float> o, lsum, qf, pf, m2, alpha;
-  std::vector<uint16_t> qb, pb;
+  std::vector<float> o, lsum, qf, pf, m2, alpha, s;
+  std::vector<uint16_t> qb, pb, vclean;
   std::vector<int32_t> lo, hi;
 };
 Scratch& scratch() {
@@ -78,18 +80,19 @@ struct Ctx {
   float c;             // scale·k_scale·log2(e)
   const float* ks = nullptr;  // per-token-head bf16 tiles: this tile's 64 K scales (scores) ...
   const float* vs = nullptr;  // ... and V scales (P before its bf16 rounding); null otherwise
+  const float* s = nullptr;   // AMX: [rows][64] the tile's scores, computed on the tile unit
   float cap_in, cap_out;  // soft-cap: exp2 argument factor and cap·log2(e)
 };
 
 /// S for rows r0..r0+3 and key vectors j0..j0+NV−1 of the tile, then the softmax step.
-template <bool Bf16, int NV, bool Mask, bool Cap>
+template <bool Bf16, int NV, bool Mask, bool Cap, bool FromS = false>
 void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) {
   __m512 acc[R][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  if (!(g_stage_mask & kSkipQk)) {
+    for (int v = 0; v < NV; ++v) acc[r][v] = FromS ? _mm512_loadu_ps(cx.s + (r0 + r) * kTileKeys + (j0 + v) * 16) : _mm512_setzero_ps();
+  if (!FromS && !(g_stage_mask & kSkipQk)) {
     if constexpr (Bf16) {
       const uint32_t* q = reinterpret_cast<const uint32_t*>(cx.qb) + int64_t(r0) * (cx.d / 2);
       const __m512i* kt = reinterpret_cast<const __m512i*>(ktile) + j0;
@@ -362,6 +365,61 @@ constexpr std::array<PvFn, 4> pv_row() {
   return {&pv<Bf16, 1>, &pv<Bf16, 2>, &pv<Bf16, 3>, &pv<Bf16, 4>};
 }
 
+/// AMX P·V for a V tile holding inf / NaN: the tile product runs on a copy with those values
+/// zeroed (so rows that do not see their keys add exact zeros, as with finite values), then each
+/// row adds p · value for the ones it sees, as the reference does.
+void pv_amx_nonfinite(const Ctx& cx, int g0, int rows, const char* vtile, int32_t key0, uint16_t* clean) {
+  const auto* v = reinterpret_cast<const uint16_t*>(vtile);
+  const int64_t n = int64_t(kTileKeys) * cx.dvp;
+  for (int64_t i = 0; i < n; ++i) clean[i] = (v[i] & 0x7f80) == 0x7f80 ? uint16_t(0) : v[i];
+  amx_pv(cx.pb + g0 * kTileKeys, reinterpret_cast<const char*>(clean), cx.dvp, cx.o + int64_t(g0) * cx.dvp);
+  for (int r = g0; r < std::min(g0 + 16, rows); ++r) {
+    const int kb = std::max(0, cx.lo[r] - key0), ke = std::min(kTileKeys, cx.hi[r] - key0 + 1);
+    for (int k = kb; k < ke; ++k) {
+      const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
+      for (int x = 0; x < cx.dvp; ++x) {
+        const uint16_t b = v[2 * (int64_t(k / 2) * cx.dvp + x) + (k & 1)];
+        if ((b & 0x7f80) == 0x7f80) cx.o[int64_t(r) * cx.dvp + x] += p * bf16_to_f32(b);
+      }
+    }
+  }
+}
+
+/// One key tile on AMX for the 16-row groups that see some of it: S on the tile unit, the
+/// softmax step per 4-row micro-tile over the whole tile, O rescaled in memory, P·V on the unit.
+void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scratch& sc, int rows, int rp, const char* kt,
+                  const char* vt, int32_t key0) {
+  static constexpr std::array<std::array<QkFn, 2>, 2> kQkS = {{
+      {{&qk_softmax<true, 4, false, false, true>, &qk_softmax<true, 4, true, false, true>}},
+      {{&qk_softmax<true, 4, false, true, true>, &qk_softmax<true, 4, true, true, true>}},
+  }};
+  const bool cap = a.soft_cap > 0, nonfinite_v = vt[L.v_tile_bytes - kVFlagBytes] != 0;
+  const int32_t last = key0 + kTileKeys - 1;
+  for (int g0 = 0; g0 < rp; g0 += 16) {
+    // Rows grow in position: the group's last row sees the furthest, its first the earliest.
+    if (sc.hi[std::size_t(g0 + 15)] < key0 || sc.lo[std::size_t(g0)] > last) continue;
+    amx_scores(cx.qb + int64_t(g0) * cx.d, cx.d, kt, sc.s.data() + int64_t(g0) * kTileKeys);
+    for (int r0 = g0; r0 < g0 + 16; r0 += R) {
+      const bool mask = sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > key0;
+      kQkS[cap][mask](cx, r0, kt, 0, key0);
+    }
+    if (nonfinite_v && L.token) {  // a NaN V scale makes P itself NaN for masked keys: skip them per row
+      for (int r0 = g0; r0 < g0 + 16; r0 += R) pv_guarded<true>(cx, r0, vt, key0, 0, kTileKeys);
+      continue;
+    }
+    for (int r = g0; r < g0 + 16; ++r) {
+      if (cx.alpha[r] == 1.0f) continue;
+      const __m512 al = _mm512_set1_ps(cx.alpha[r]);
+      float* o = cx.o + int64_t(r) * cx.dvp;
+      for (int x = 0; x < cx.dvp; x += 16) _mm512_storeu_ps(o + x, _mm512_mul_ps(_mm512_loadu_ps(o + x), al));
+    }
+    if (nonfinite_v)
+      pv_amx_nonfinite(cx, g0, rows, vt, key0, sc.vclean.data());
+    else
+      amx_pv(cx.pb + g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(g0) * cx.dvp);
+  }
+}
+
 template <bool Bf16>
 void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const char* buf) {
   static constexpr std::array<std::array<std::array<QkFn, 4>, 2>, 2> kQk = {{
@@ -371,7 +429,9 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   static constexpr std::array<PvFn, 4> kPv = pv_row<Bf16>();
 
   const int g = a.group, d = a.head_size, dvp = L.dv_pad;
-  const int rows = item_rows(it, g), rp = (rows + R - 1) / R * R;
+  const bool amx = Bf16 && L.amx;
+  const int row_block = amx ? 16 : R;  // AMX tiles take 16 rows
+  const int rows = item_rows(it, g), rp = (rows + row_block - 1) / row_block * row_block;
   const int s = it.seq, h = it.kv_head;
   Scratch& sc = scratch();
   sc.o.assign(std::size_t(rp) * dvp, 0.0f);
@@ -383,6 +443,7 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   if constexpr (Bf16) {
     sc.qb.resize(std::size_t(rp) * d), sc.pb.resize(std::size_t(rp) * kTileKeys);
     std::fill(sc.qb.begin() + std::ptrdiff_t(rows) * d, sc.qb.end(), uint16_t(0));
+    if (amx) sc.s.resize(std::size_t(rp) * kTileKeys), sc.vclean.resize(std::size_t(kTileKeys) * dvp);
   } else {
     sc.qf.resize(std::size_t(rp) * d), sc.pf.resize(std::size_t(rp) * kTileKeys);
     std::fill(sc.qf.begin() + std::ptrdiff_t(rows) * d, sc.qf.end(), 0.0f);
@@ -436,11 +497,16 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   // The item's key range, tightened to what its rows can see.
   const int32_t kb = std::max(it.kv_begin, sc.lo[0]), ke = std::min(it.kv_end, sc.hi[std::size_t(rp - 1)] + 1);
   const int nvd = dvp / 16;
+  if (amx) cx.s = sc.s.data(), amx_begin();
   for (int32_t t = kb / kTileKeys; t * kTileKeys < ke; ++t) {
     const int32_t key0 = t * kTileKeys;
     const char* kt = buf + grp.offset + int64_t(t - grp.tile0) * tile_bytes;
     const char* vt = kt + L.k_tile_bytes;
     if (L.token) cx.ks = reinterpret_cast<const float*>(kt + L.k_scales_offset), cx.vs = reinterpret_cast<const float*>(vt + L.v_scales_offset);
+    if (amx) {
+      amx_key_tile(a, L, cx, sc, rows, rp, kt, vt, key0);
+      continue;
+    }
     const int j0 = (std::max(kb, key0) - key0) / 16;
     const int j1 = (std::min(ke, key0 + kTileKeys) - key0 + 15) / 16;
     const int32_t first = key0 + j0 * 16, last = key0 + j1 * 16 - 1;
@@ -460,6 +526,7 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
     }
   }
 
+  if (amx) amx_end();
   store_rows(a, cx, rows, tok0, h);
 }
 
@@ -473,13 +540,15 @@ void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkIt
 }
 
 void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& L, int rows) {
-  // What run() sizes for an item of `rows` rows (R rows per micro-tile).
-  const std::size_t rp = std::size_t((rows + R - 1) / R * R), d = std::size_t(a.head_size);
+  // What run() sizes for an item of `rows` rows (R rows per micro-tile, 16 per AMX group).
+  const int row_block = L.amx ? 16 : R;
+  const std::size_t rp = std::size_t((rows + row_block - 1) / row_block * row_block), d = std::size_t(a.head_size);
   Scratch& sc = scratch();
   sc.o.reserve(rp * std::size_t(L.dv_pad)), sc.lsum.reserve(rp * 16);
   sc.m2.reserve(rp), sc.alpha.reserve(rp), sc.lo.reserve(rp), sc.hi.reserve(rp);
   if (L.bf16)
     sc.qb.reserve(rp * d), sc.pb.reserve(rp * kTileKeys);
+  if (L.amx) sc.s.reserve(rp * kTileKeys), sc.vclean.reserve(std::size_t(kTileKeys) * L.dv_pad);
   else
     sc.qf.reserve(rp * d), sc.pf.reserve(rp * kTileKeys);
 }

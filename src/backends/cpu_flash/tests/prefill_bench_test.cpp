@@ -69,7 +69,7 @@ TEST(CpuFlashPrefillBench, Throughput) {
   if (!on || std::string(on) != "1") GTEST_SKIP() << "set ATTN_PREFILL_BENCH=1 to run";
   if (best_isa(detect_cpu()) < Isa::avx512) GTEST_SKIP() << "no AVX-512";
   const int reps = std::getenv("ATTN_PREFILL_BENCH_REPS") ? std::atoi(std::getenv("ATTN_PREFILL_BENCH_REPS")) : 5;
-  const bool bf16_cpu = best_isa(detect_cpu()) == Isa::avx512_bf16;
+  const bool bf16_cpu = best_isa(detect_cpu()) >= Isa::avx512_bf16;
   const Shape shapes[] = {{"llama8b 2048 causal", 32, 8, 128, 0, false, 2048}, {"gpt-oss 2048 swa128+sinks", 64, 8, 64, 128, true, 2048}};
   std::string filter = std::getenv("ATTN_PREFILL_BENCH_SHAPE") ? std::getenv("ATTN_PREFILL_BENCH_SHAPE") : "";
   std::vector<int> thread_counts = {1, 2};
@@ -166,9 +166,12 @@ TEST(CpuFlashPrefillBench, ErrorAgainstOracle) {
       {"llama shape, bf16, fp32 tiles", 32, 8, 128, 0, false, DType::bfloat16, "avx512"},
       {"llama shape, fp32, fp32 tiles", 32, 8, 128, 0, false, DType::float32, "avx512"},
       {"gpt-oss shape, bf16, bf16 tiles", 64, 8, 64, 128, true, DType::bfloat16, "avx512_bf16"},
+      {"llama shape, bf16, AMX tiles", 32, 8, 128, 0, false, DType::bfloat16, "amx"},
+      {"gpt-oss shape, bf16, AMX tiles", 64, 8, 64, 128, true, DType::bfloat16, "amx"},
   };
   for (const Row& r : rows) {
-    if (std::string(r.isa) == "avx512_bf16" && best_isa(detect_cpu()) != Isa::avx512_bf16) continue;
+    if (std::string(r.isa) == "avx512_bf16" && best_isa(detect_cpu()) < Isa::avx512_bf16) continue;
+    if (std::string(r.isa) == "amx" && best_isa(detect_cpu()) < Isa::amx) continue;
     CaseSpec spec;
     spec.config.num_heads = r.heads, spec.config.num_kv_heads = r.kv_heads, spec.config.head_size = r.d;
     spec.config.dtype = r.io, spec.config.sliding_window = r.window, spec.config.has_sink = r.sinks;

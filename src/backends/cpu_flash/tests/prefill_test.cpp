@@ -151,7 +151,7 @@ TEST(CpuFlashPrefill, PackLayoutCoversOnlyVisibleTiles) {
   a.group = 8, a.num_kv_heads = 8, a.num_heads = 64, a.head_size = 64, a.head_size_v = 64;
   a.q_dtype = DType::bfloat16, a.kv_type = KvType::bf16, a.window = 128;
   const Plan plan = make_plan(md, PlanShape{8, 8, 64, 128, true});
-  const prefill::PackLayout L = prefill::plan_pack(a, plan, true, prefill::Route::auto_);
+  const prefill::PackLayout L = prefill::plan_pack(a, plan, true, false, prefill::Route::auto_);
   EXPECT_TRUE(L.bf16);
   EXPECT_EQ(L.group(0, 0, 8).tiles, 32);
   EXPECT_EQ(L.group(1, 0, 8).offset, -1);
@@ -161,10 +161,10 @@ TEST(CpuFlashPrefill, PackLayoutCoversOnlyVisibleTiles) {
   EXPECT_EQ(prefill_items, 2048 / 8 * 8);
   // fp32 q or ALiBi: fp32 tiles / no prefill path.
   a.q_dtype = DType::float32;
-  EXPECT_FALSE(prefill::plan_pack(a, plan, true, prefill::Route::auto_).bf16);
+  EXPECT_FALSE(prefill::plan_pack(a, plan, true, false, prefill::Route::auto_).bf16);
   const float slopes[64] = {};
   a.alibi_slopes = slopes;
-  EXPECT_EQ(prefill::plan_pack(a, plan, true, prefill::Route::auto_).bytes, 0);
+  EXPECT_EQ(prefill::plan_pack(a, plan, true, false, prefill::Route::auto_).bytes, 0);
 }
 
 }  // namespace
