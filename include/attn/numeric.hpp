@@ -11,6 +11,8 @@ inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u
 inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 inline float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
+/// A bf16 inf or NaN: every exponent bit set.
+inline bool bf16_nonfinite(uint16_t h) { return (h & 0x7f80) == 0x7f80; }
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN

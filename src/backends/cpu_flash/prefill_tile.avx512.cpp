@@ -371,7 +371,7 @@ constexpr std::array<PvFn, 4> pv_row() {
 void pv_amx_nonfinite(const Ctx& cx, int g0, int rows, const char* vtile, int32_t key0, uint16_t* clean) {
   const auto* v = reinterpret_cast<const uint16_t*>(vtile);
   const int64_t n = int64_t(kTileKeys) * cx.dvp;
-  for (int64_t i = 0; i < n; ++i) clean[i] = (v[i] & 0x7f80) == 0x7f80 ? uint16_t(0) : v[i];
+  for (int64_t i = 0; i < n; ++i) clean[i] = bf16_nonfinite(v[i]) ? uint16_t(0) : v[i];
   amx_pv(cx.pb + g0 * kTileKeys, reinterpret_cast<const char*>(clean), cx.dvp, cx.o + int64_t(g0) * cx.dvp);
   for (int r = g0; r < std::min(g0 + 16, rows); ++r) {
     const int kb = std::max(0, cx.lo[r] - key0), ke = std::min(kTileKeys, cx.hi[r] - key0 + 1);
@@ -379,7 +379,7 @@ void pv_amx_nonfinite(const Ctx& cx, int g0, int rows, const char* vtile, int32_
       const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
       for (int x = 0; x < cx.dvp; ++x) {
         const uint16_t b = v[2 * (int64_t(k / 2) * cx.dvp + x) + (k & 1)];
-        if ((b & 0x7f80) == 0x7f80) cx.o[int64_t(r) * cx.dvp + x] += p * bf16_to_f32(b);
+        if (bf16_nonfinite(b)) cx.o[int64_t(r) * cx.dvp + x] += p * bf16_to_f32(b);
       }
     }
   }

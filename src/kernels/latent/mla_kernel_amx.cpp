@@ -181,7 +181,7 @@ ATTN_AMX_TARGET void hold_nonfinite(uint16_t* vp, unsigned bad, int rank, uint16
     uint16_t* v = vp + size_t(t / 2) * rank * 2 + (t & 1);
     for (int c = 0; c < rank; ++c) {
       held[size_t(t) * rank + c] = v[2 * c];
-      if ((v[2 * c] & 0x7f80) == 0x7f80) v[2 * c] = 0;
+      if (bf16_nonfinite(v[2 * c])) v[2 * c] = 0;
     }
   }
 }
@@ -197,7 +197,7 @@ ATTN_AMX_TARGET void add_nonfinite(const uint16_t* p, const uint16_t* plo, unsig
       if (plo) w += bf16_to_f32(plo[r * kKeys + t]);
       const uint16_t* v = held + size_t(t) * rank;
       for (int c = 0; c < rank; ++c)
-        if ((v[c] & 0x7f80) == 0x7f80) acc[size_t(r) * rank + c] += w * bf16_to_f32(v[c]);
+        if (bf16_nonfinite(v[c])) acc[size_t(r) * rank + c] += w * bf16_to_f32(v[c]);
     }
   }
 }
