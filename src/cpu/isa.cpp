@@ -97,9 +97,6 @@ std::optional<Isa> forced_isa() {
   const std::string_view want(env);
   for (Isa isa : all_isas())
     if (want == to_string(isa)) return isa;
-  // cpu_mla's names for two of the builds, as its variants print them.
-  if (want == "avx512bf16") return Isa::avx512_bf16;
-  if (want == "portable") return Isa::generic;
   throw Error(std::string(kIsaEnv) + "=" + env + " invalid: expected one of auto, " + join(all_isas()));
 }
 

@@ -20,7 +20,7 @@ std::string mla_variant_name(const Platform& p, const LayerConfig& c) {
   const bool ds_mla = c.kv_cache_dtype == KVCacheDType::fp8_ds_mla;
   if (name == "amx" && (ds_mla || !(amx_handles_storage(storage) && c.kv_lora_rank % 32 == 0)))
     name = "avx512";
-  if (name == "avx512bf16" && !bf16_handles_storage(storage, c.kv_lora_rank)) name = "avx512";
+  if (name == "avx512_bf16" && !bf16_handles_storage(storage, c.kv_lora_rank)) name = "avx512";
   return name;
 }
 

@@ -12,14 +12,7 @@ constexpr std::initializer_list<Isa> kSplitBuilds = {Isa::avx512_bf16, Isa::avx5
 
 }  // namespace
 
-std::string_view variant_name(Isa isa) {
-  switch (isa) {
-    case Isa::amx: return "amx";
-    case Isa::avx512_bf16: return "avx512bf16";
-    case Isa::avx512: return "avx512";
-    default: return "portable";
-  }
-}
+std::string_view variant_name(Isa isa) { return cpu::to_string(isa); }
 
 Isa chosen_isa(const Platform& p, bool latent) { return cpu::choose(p, latent ? kLatentBuilds : kSplitBuilds); }
 

@@ -63,17 +63,17 @@ bool amx_handles_storage(DType cache_dtype);
 /// The kernel builds (src/cpu/isa.hpp): amx, avx512_bf16, avx512, generic. ATTN_CPU_ISA forces
 /// one (tests run every build that way); an unknown or unrunnable value is an Error.
 using cpu::Isa;
-/// The build's name in variants: "amx", "avx512bf16", "avx512" or "portable".
+/// The build's name in variants: "amx", "avx512_bf16", "avx512" or "generic" (cpu::to_string).
 std::string_view variant_name(Isa isa);
 /// What `platform` supports, or the build ATTN_CPU_ISA forces. On the detected CPU, amx also
 /// needs the OS permission for AMX tile data (cpu::amx_permitted; denied → avx512_bf16).
 /// latent = false: callers with separate K/V rows (block-sparse), which AMX never serves.
 Isa chosen_isa(const Platform& platform, bool latent = true);
-/// The kernel variant a platform gets: "amx", "avx512bf16", "avx512" or "portable".
+/// The kernel variant a platform gets: "amx", "avx512_bf16", "avx512" or "generic" (cpu::to_string).
 std::string variant_for(const Platform& platform, bool latent = true);
 /// Median over `samples` runs of the product instruction's peak on `threads` threads, GFLOP/s
-/// (2 per multiply-add): vdpbf16ps for avx512bf16, fp32 FMA for avx512; 0 where not measured
-/// (amx, portable).
+/// (2 per multiply-add): vdpbf16ps for avx512_bf16, fp32 FMA for avx512; 0 where not measured
+/// (amx, generic).
 double product_peak_gflops(Isa isa, int threads, int samples);
 /// The best attend function for this CPU and its name.
 AttendFn best_attend(std::string* name = nullptr);

@@ -114,7 +114,7 @@ TEST(CpuMlaIsa, DsMlaTileScalesOnTheBf16DotKernel) {
           spec.seqs = {{37, 1}, {50, 13}, {0, 29}, {1, 1}, {150, 3}};  // the last crosses 64-key chunks
           spec.shape_entry = shape;
           MlaCase c = make_mla_case(spec);
-          ASSERT_EQ(c.impl->variant().substr(0, 10), "avx512bf16") << c.impl->variant() << " " << spec.describe();
+          ASSERT_EQ(c.impl->variant().substr(0, 11), "avx512_bf16") << c.impl->variant() << " " << spec.describe();
           const PagedKV kv = c.cache->view();
           mla::AttendArgs args;
           args.kv = &kv, args.width = spec.rank + spec.rope, args.rank = spec.rank;
@@ -161,15 +161,15 @@ TEST(CpuMlaIsa, UnknownIsaIsAnErrorAndRequestsAreCappedByThePlatform) {
     // Planning platforms cap a forced build at what they run (this CPU refuses one it cannot run).
     ForceCpuIsa env("amx");
     EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512")), "avx512");
-    EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512bf16");
-    EXPECT_EQ(mla::variant_for(parse_platform("cpu:generic")), "portable");
+    EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512_bf16");
+    EXPECT_EQ(mla::variant_for(parse_platform("cpu:generic")), "generic");
   }
   // Block-sparse rows carry separate K and V: never the AMX kernel.
   ForceCpuIsa env(cpu::best_isa(detect_cpu()));
   EXPECT_NE(mla::variant_for(detect_cpu(), /*latent=*/false), "amx");
   // cpu_mla's own name for the bf16-dot build is accepted as a value too.
-  ForceCpuIsa named("avx512bf16");
-  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512bf16");
+  ForceCpuIsa named("avx512_bf16");
+  EXPECT_EQ(mla::variant_for(parse_platform("cpu:avx512_bf16")), "avx512_bf16");
 }
 
 }  // namespace
