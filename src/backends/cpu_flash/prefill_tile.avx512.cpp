@@ -387,6 +387,9 @@ void pv_amx_nonfinite(const Ctx& cx, int g0, int rows, const char* vtile, int32_
 
 /// One key tile on AMX for the 16-row groups that see some of it: S on the tile unit, the
 /// softmax step per 4-row micro-tile over the whole tile, O rescaled in memory, P·V on the unit.
+/// Software-pipelined one group deep: the next group's S is issued to the tile unit before this
+/// group's softmax, so the unit computes it while the vector units run the softmax (the two
+/// phases of one group depend on each other; those of neighbouring groups do not).
 void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scratch& sc, int rows, int rp, const char* kt,
                   const char* vt, int32_t key0) {
   static constexpr std::array<std::array<QkFn, 2>, 2> kQkS = {{
@@ -395,28 +398,40 @@ void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scrat
   }};
   const bool cap = a.soft_cap > 0, nonfinite_v = vt[L.v_tile_bytes - kVFlagBytes] != 0;
   const int32_t last = key0 + kTileKeys - 1;
-  for (int g0 = 0; g0 < rp; g0 += 16) {
-    // Rows grow in position: the group's last row sees the furthest, its first the earliest.
-    if (sc.hi[std::size_t(g0 + 15)] < key0 || sc.lo[std::size_t(g0)] > last) continue;
-    amx_scores(cx.qb + int64_t(g0) * cx.d, cx.d, kt, sc.s.data() + int64_t(g0) * kTileKeys);
+  // Rows grow in position: a group's last row sees the furthest, its first the earliest.
+  const auto sees = [&](int g0) { return sc.hi[std::size_t(g0 + 15)] >= key0 && sc.lo[std::size_t(g0)] <= last; };
+  const auto scores = [&](int g0) {
+    if (!(g_stage_mask & kSkipQk)) amx_scores(cx.qb + int64_t(g0) * cx.d, cx.d, kt, sc.s.data() + int64_t(g0) * kTileKeys);
+  };
+  const auto next_seen = [&](int g0) {
+    while (g0 < rp && !sees(g0)) g0 += 16;
+    return g0;
+  };
+  for (int g0 = next_seen(0), started = 0; g0 < rp;) {
+    if (!started) scores(g0), started = 1;
+    const int g1 = next_seen(g0 + 16);
+    if (g1 < rp) scores(g1);
     for (int r0 = g0; r0 < g0 + 16; r0 += R) {
       const bool mask = sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > key0;
       kQkS[cap][mask](cx, r0, kt, 0, key0);
     }
     if (nonfinite_v && L.token) {  // a NaN V scale makes P itself NaN for masked keys: skip them per row
       for (int r0 = g0; r0 < g0 + 16; r0 += R) pv_guarded<true>(cx, r0, vt, key0, 0, kTileKeys);
-      continue;
+    } else {
+      for (int r = g0; r < g0 + 16; ++r) {
+        if (cx.alpha[r] == 1.0f) continue;
+        const __m512 al = _mm512_set1_ps(cx.alpha[r]);
+        float* o = cx.o + int64_t(r) * cx.dvp;
+        for (int x = 0; x < cx.dvp; x += 16) _mm512_storeu_ps(o + x, _mm512_mul_ps(_mm512_loadu_ps(o + x), al));
+      }
+      if (g_stage_mask & kSkipPv) {
+      } else if (nonfinite_v) {
+        pv_amx_nonfinite(cx, g0, rows, vt, key0, sc.vclean.data());
+      } else {
+        amx_pv(cx.pb + g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(g0) * cx.dvp);
+      }
     }
-    for (int r = g0; r < g0 + 16; ++r) {
-      if (cx.alpha[r] == 1.0f) continue;
-      const __m512 al = _mm512_set1_ps(cx.alpha[r]);
-      float* o = cx.o + int64_t(r) * cx.dvp;
-      for (int x = 0; x < cx.dvp; x += 16) _mm512_storeu_ps(o + x, _mm512_mul_ps(_mm512_loadu_ps(o + x), al));
-    }
-    if (nonfinite_v)
-      pv_amx_nonfinite(cx, g0, rows, vt, key0, sc.vclean.data());
-    else
-      amx_pv(cx.pb + g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(g0) * cx.dvp);
+    g0 = g1;
   }
 }
 

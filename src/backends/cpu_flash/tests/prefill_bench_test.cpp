@@ -106,6 +106,12 @@ TEST(CpuFlashPrefillBench, Throughput) {
     add("stage: P·V only", best, "auto", prefill::kSkipQk | prefill::kSkipSoftmax);
     add("stage: softmax only", best, "auto", prefill::kSkipQk | prefill::kSkipPv);
     add("stage: Q·Kᵀ + P·V, no softmax", best, "auto", prefill::kSkipSoftmax);
+    if (best_isa(detect_cpu()) >= Isa::amx) {
+      add("stage amx: Q·Kᵀ only", "amx", "auto", prefill::kSkipSoftmax | prefill::kSkipPv);
+      add("stage amx: P·V only", "amx", "auto", prefill::kSkipQk | prefill::kSkipSoftmax);
+      add("stage amx: softmax only", "amx", "auto", prefill::kSkipQk | prefill::kSkipPv);
+      add("stage amx: Q·Kᵀ + P·V, no softmax", "amx", "auto", prefill::kSkipSoftmax);
+    }
     if (bf16_cpu) {
       add("stage fp32: Q·Kᵀ only", "avx512", "auto", prefill::kSkipSoftmax | prefill::kSkipPv);
       add("stage fp32: P·V only", "avx512", "auto", prefill::kSkipQk | prefill::kSkipSoftmax);
