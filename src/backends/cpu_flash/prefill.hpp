@@ -91,6 +91,11 @@ void amx_end();
 void amx_scores(const uint16_t* q, int d, const char* ktile, float* s);
 /// O[16][dvp] (row stride dvp) += P[16][64] (bf16, row stride 64) · a packed bf16 V tile.
 void amx_pv(const uint16_t* p, const char* vtile, int dvp, float* o);
+/// The same for 32 rows (two 16-row groups) at once: each K / V tile loaded serves both groups,
+/// half the tile traffic per row of the one-group forms. amx_pv_pair: dvp a multiple of 32 (the
+/// amx build takes head sizes of whole tile rows, and V's is K's).
+void amx_scores_pair(const uint16_t* q, int d, const char* ktile, float* s);
+void amx_pv_pair(const uint16_t* p, const char* vtile, int dvp, float* o);
 /// Whether vdpbf16ps outruns fp32 FMA on this CPU, per FLOP (measured once, < 2 ms).
 bool bf16_dot_beats_fma();
 /// The measured rates behind that choice (GFLOP/s on one thread), for reports.

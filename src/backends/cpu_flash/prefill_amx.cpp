@@ -96,6 +96,62 @@ ATTN_AMX_TARGET void amx_pv(const uint16_t* p, const char* vtile, int dvp, float
   }
 }
 
+ATTN_AMX_TARGET void amx_scores_pair(const uint16_t* q, int d, const char* ktile, float* s) {
+  // Per half of the keys (32): tmm0 / tmm1: group A's S for its two 16-key blocks, tmm2 / tmm3:
+  // group B's; tmm4 / tmm5: A's / B's 32 dims of q; tmm6 / tmm7: the two K blocks (a 2x2 block).
+  const int64_t ldq = int64_t(d) * 2, gq = int64_t(16) * d, gs = int64_t(16) * kTileKeys;
+  for (int kh = 0; kh < 2; ++kh) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int c = 0; c < d / 32; ++c) {
+      const char* kc = ktile + int64_t(c) * 16 * kKeyRowBytes + kh * 128;
+      _tile_loadd(4, q + 32 * c, ldq);
+      _tile_loadd(6, kc, kKeyRowBytes);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, kc + 64, kKeyRowBytes);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, q + gq + 32 * c, ldq);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    float* sh = s + kh * 32;
+    _tile_stored(0, sh, kKeyRowBytes);
+    _tile_stored(1, sh + 16, kKeyRowBytes);
+    _tile_stored(2, sh + gs, kKeyRowBytes);
+    _tile_stored(3, sh + gs + 16, kKeyRowBytes);
+  }
+}
+
+ATTN_AMX_TARGET void amx_pv_pair(const uint16_t* p, const char* vtile, int dvp, float* o) {
+  // Per 32 dims of O: tmm0 / tmm1 group A's two 16-dim blocks, tmm2 / tmm3 group B's; per half of
+  // the keys tmm4 / tmm5: A's / B's P, tmm6 / tmm7: the V key-pair rows of the two blocks.
+  const int64_t ld = int64_t(dvp) * 4, half = 16 * ld, go = int64_t(16) * dvp, gp = int64_t(16) * kTileKeys;
+  const int64_t ldp = kTileKeys * 2;
+  for (int x = 0; x < dvp; x += 32) {
+    _tile_loadd(0, o + x, ld);
+    _tile_loadd(1, o + x + 16, ld);
+    _tile_loadd(2, o + go + x, ld);
+    _tile_loadd(3, o + go + x + 16, ld);
+    for (int kh = 0; kh < 2; ++kh) {
+      const char* vh = vtile + kh * half;
+      _tile_loadd(4, p + kh * 32, ldp);
+      _tile_loadd(6, vh + x * 4, ld);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, vh + (x + 16) * 4, ld);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, p + gp + kh * 32, ldp);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, o + x, ld);
+    _tile_stored(1, o + x + 16, ld);
+    _tile_stored(2, o + go + x, ld);
+    _tile_stored(3, o + go + x + 16, ld);
+  }
+}
+
 }  // namespace attn::cpu_flash::prefill
 
 #else
@@ -105,6 +161,8 @@ void amx_begin() {}
 void amx_end() {}
 void amx_scores(const uint16_t*, int, const char*, float*) {}
 void amx_pv(const uint16_t*, const char*, int, float*) {}
+void amx_scores_pair(const uint16_t*, int, const char*, float*) {}
+void amx_pv_pair(const uint16_t*, const char*, int, float*) {}
 }  // namespace attn::cpu_flash::prefill
 
 #endif

@@ -385,11 +385,12 @@ void pv_amx_nonfinite(const Ctx& cx, int g0, int rows, const char* vtile, int32_
   }
 }
 
-/// One key tile on AMX for the 16-row groups that see some of it: S on the tile unit, the
-/// softmax step per 4-row micro-tile over the whole tile, O rescaled in memory, P·V on the unit.
-/// Software-pipelined one group deep: the next group's S is issued to the tile unit before this
-/// group's softmax, so the unit computes it while the vector units run the softmax (the two
-/// phases of one group depend on each other; those of neighbouring groups do not).
+/// One key tile on AMX for the 16-row groups that see some of it, two groups at a time where both
+/// do (each K / V tile load then serves 32 rows): S on the tile unit, the softmax step per 4-row
+/// micro-tile over the whole tile, O rescaled in memory, P·V on the unit. Software-pipelined one
+/// unit deep: the next unit's S is issued to the tile unit before this unit's softmax, so the
+/// unit computes it while the vector units run the softmax (the two phases of one unit depend on
+/// each other; those of neighbouring units do not).
 void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scratch& sc, int rows, int rp, const char* kt,
                   const char* vt, int32_t key0) {
   static constexpr std::array<std::array<QkFn, 2>, 2> kQkS = {{
@@ -399,26 +400,42 @@ void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scrat
   const bool cap = a.soft_cap > 0, nonfinite_v = vt[L.v_tile_bytes - kVFlagBytes] != 0;
   const int32_t last = key0 + kTileKeys - 1;
   // Rows grow in position: a group's last row sees the furthest, its first the earliest.
-  const auto sees = [&](int g0) { return sc.hi[std::size_t(g0 + 15)] >= key0 && sc.lo[std::size_t(g0)] <= last; };
-  const auto scores = [&](int g0) {
-    if (!(g_stage_mask & kSkipQk)) amx_scores(cx.qb + int64_t(g0) * cx.d, cx.d, kt, sc.s.data() + int64_t(g0) * kTileKeys);
+  const auto sees = [&](int g0) { return g0 < rp && sc.hi[std::size_t(g0 + 15)] >= key0 && sc.lo[std::size_t(g0)] <= last; };
+  struct Unit {
+    int g0 = 0, groups = 0;  // first row, 16-row groups (0: none left)
   };
-  const auto next_seen = [&](int g0) {
-    while (g0 < rp && !sees(g0)) g0 += 16;
-    return g0;
+  // The next unit from the 32-row slot u0 on: both of its groups where both see the tile, else
+  // the one that does.
+  const auto next_unit = [&](int u0) {
+    for (; u0 < rp; u0 += 32) {
+      const bool a0 = sees(u0), a1 = sees(u0 + 16);
+      if (a0 || a1) return Unit{a0 ? u0 : u0 + 16, a0 && a1 ? 2 : 1};
+    }
+    return Unit{};
   };
-  for (int g0 = next_seen(0), started = 0; g0 < rp;) {
-    if (!started) scores(g0), started = 1;
-    const int g1 = next_seen(g0 + 16);
-    if (g1 < rp) scores(g1);
-    for (int r0 = g0; r0 < g0 + 16; r0 += R) {
+  const auto slot_after = [](const Unit& u) { return (u.g0 / 32 + 1) * 32; };
+  const auto scores = [&](const Unit& u) {
+    if (g_stage_mask & kSkipQk) return;
+    float* s = sc.s.data() + int64_t(u.g0) * kTileKeys;
+    if (u.groups == 2)
+      amx_scores_pair(cx.qb + int64_t(u.g0) * cx.d, cx.d, kt, s);
+    else
+      amx_scores(cx.qb + int64_t(u.g0) * cx.d, cx.d, kt, s);
+  };
+  Unit u = next_unit(0);
+  if (u.groups) scores(u);
+  while (u.groups) {
+    const Unit n = next_unit(slot_after(u));
+    if (n.groups) scores(n);
+    const int end = u.g0 + 16 * u.groups;
+    for (int r0 = u.g0; r0 < end; r0 += R) {
       const bool mask = sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > key0;
       kQkS[cap][mask](cx, r0, kt, 0, key0);
     }
     if (nonfinite_v && L.token) {  // a NaN V scale makes P itself NaN for masked keys: skip them per row
-      for (int r0 = g0; r0 < g0 + 16; r0 += R) pv_guarded<true>(cx, r0, vt, key0, 0, kTileKeys);
+      for (int r0 = u.g0; r0 < end; r0 += R) pv_guarded<true>(cx, r0, vt, key0, 0, kTileKeys);
     } else {
-      for (int r = g0; r < g0 + 16; ++r) {
+      for (int r = u.g0; r < end; ++r) {
         if (cx.alpha[r] == 1.0f) continue;
         const __m512 al = _mm512_set1_ps(cx.alpha[r]);
         float* o = cx.o + int64_t(r) * cx.dvp;
@@ -426,12 +443,14 @@ void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scrat
       }
       if (g_stage_mask & kSkipPv) {
       } else if (nonfinite_v) {
-        pv_amx_nonfinite(cx, g0, rows, vt, key0, sc.vclean.data());
+        for (int g0 = u.g0; g0 < end; g0 += 16) pv_amx_nonfinite(cx, g0, rows, vt, key0, sc.vclean.data());
+      } else if (u.groups == 2) {
+        amx_pv_pair(cx.pb + u.g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(u.g0) * cx.dvp);
       } else {
-        amx_pv(cx.pb + g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(g0) * cx.dvp);
+        amx_pv(cx.pb + u.g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(u.g0) * cx.dvp);
       }
     }
-    g0 = g1;
+    u = n;
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "attn/registry.hpp"
 #include "backends/cpu_flash/plan.hpp"
@@ -130,7 +131,14 @@ TEST(CpuFlashPlan, SplitsLongDecodeAtFixedPositionsOnly) {
   EXPECT_EQ(split, 32);
   EXPECT_EQ(whole, 13 * 8);
   EXPECT_EQ(plan.partial_floats, 32 * partial_floats(4, 128));
-  for (std::size_t i = 1; i < plan.items.size(); ++i) EXPECT_GE(plan.items[i - 1].cost, plan.items[i].cost);
+  // One (sequence, KV head) after another, each one's items largest first.
+  for (std::size_t i = 1; i < plan.items.size(); ++i) {
+    const WorkItem &a = plan.items[i - 1], &b = plan.items[i];
+    if (a.seq == b.seq && a.kv_head == b.kv_head)
+      EXPECT_GE(a.cost, b.cost) << i;
+    else
+      EXPECT_LT(std::pair(a.seq, a.kv_head), std::pair(b.seq, b.kv_head)) << i;
+  }
 }
 
 TEST(CpuFlashPlan, WindowAndCausalBoundTheKeys) {
