@@ -1,7 +1,8 @@
 // The work items of a decode call: the KV rows one call reads, in the cache's block order, cut
 // the way cpu_flash's plan cuts decode (per sequence, kv head and 1024-key split at absolute
-// positions when the range is longer than one split, largest first). bench/attn_decode_stages
-// times each stage of the kernel over exactly these items.
+// positions when the range is longer than one split; one sequence and kv head after another,
+// largest first within each). bench/attn_decode_stages times each stage of the kernel over
+// exactly these items.
 #include <algorithm>
 
 #include "bench_kit.hpp"
@@ -33,12 +34,13 @@ std::vector<PagedRows> Workload::paged_rows(std::size_t i) const {
     const int32_t lo = shape_.window > 0 ? std::max(0, pos - shape_.window + 1) : 0;
     const bool split = hi - lo > kSplit;  // a range that fits one split stays whole, as in the plan
     for (int h = 0; h < kv.num_kv_heads; ++h) {
+      const std::size_t first = items.size();
       if (!split) add(s, h, lo, hi);
       for (int32_t k0 = lo - lo % kSplit; split && k0 < hi; k0 += kSplit) add(s, h, std::max(lo, k0), std::min(hi, k0 + kSplit));
+      std::stable_sort(items.begin() + std::ptrdiff_t(first), items.end(),
+                       [](const PagedRows& a, const PagedRows& b) { return a.end - a.begin > b.end - b.begin; });
     }
   }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const PagedRows& a, const PagedRows& b) { return a.end - a.begin > b.end - b.begin; });
   return items;
 }
 

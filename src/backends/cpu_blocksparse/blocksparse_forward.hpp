@@ -6,6 +6,7 @@
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
 #include "backends/cpu_blocksparse/blocksparse_pattern.hpp"
+#include "kernels/latent/attend_tiles.hpp"
 
 namespace attn::blocksparse {
 
@@ -15,9 +16,14 @@ struct Shape {
   int num_threads = 0;
 };
 
+/// The step's tiles (plan time): per sparse query block, the key blocks the pattern keeps as one
+/// list of slots, shared by the rows of a KV group (or one q head, when heads differ).
+mla::TilePlan plan_tiles(const Shape& shape, const Pattern& pattern, const BatchMetadata& md);
+/// Workspace bytes of a run under `plan`.
+std::size_t workspace_bytes(const Shape& shape, const mla::TilePlan& plan, int num_tokens);
 /// q: [num_tokens, num_heads, head_size] → out: [num_tokens, num_heads, head_size_v]. Causal.
-void forward(const Shape& shape, const Pattern& pattern, const TensorView& q, const KVCache& cache,
-             const BatchMetadata& md, const TensorView& out);
+void forward(const Shape& shape, const Pattern& pattern, const mla::TilePlan& plan, const TensorView& q,
+             const KVCache& cache, const BatchMetadata& md, const TensorView& out, void* workspace);
 
 /// Keys a query at `pos` reads under the pattern (for the benchmark's sparsity figure).
 int64_t visible_keys(const Pattern& pattern, int64_t pos);

@@ -8,6 +8,26 @@
 namespace attn {
 namespace {
 
+/// The step's tiles and the workspace a run of them needs.
+class BlockSparseStepPlan final : public StepPlan {
+ public:
+  BlockSparseStepPlan(const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec,
+                      const blocksparse::Shape& shape, const blocksparse::Pattern& pattern)
+      : StepPlan("cpu_blocksparse", c, md, spec),
+        tiles_(blocksparse::plan_tiles(shape, pattern, metadata())),
+        workspace_(blocksparse::workspace_bytes(shape, tiles_, metadata().num_tokens)) {}
+  std::size_t workspace_bytes() const override { return workspace_; }
+  std::string to_string() const override {
+    return StepPlan::to_string() + ", " + std::to_string(tiles_.tiles.size()) + " tiles in " +
+           std::to_string(tiles_.tasks.size()) + " tasks";
+  }
+  const mla::TilePlan& tiles() const { return tiles_; }
+
+ private:
+  mla::TilePlan tiles_;
+  std::size_t workspace_;
+};
+
 class BlockSparseImpl final : public AttentionImpl {
  public:
   explicit BlockSparseImpl(const LayerParams& p) : AttentionImpl("cpu_blocksparse", p) {
@@ -17,9 +37,17 @@ class BlockSparseImpl final : public AttentionImpl {
     pattern_ = {c.bs_block_size, c.bs_local_blocks, c.bs_vert_stride, c.bs_head_sliding_step};
     variant_ = mla::variant_for(detect_cpu(), /*latent=*/false);
   }
+  std::shared_ptr<const StepPlan> plan(const BatchMetadata& md, const KVCacheSpec& spec) const override {
+    check_plan_args(params_, md, spec);
+    return std::make_shared<BlockSparseStepPlan>(params_.config, md, spec, shape_, pattern_);
+  }
   RunResult run(const StepPlan& plan, const ForwardArgs& args) const override {
+    const auto* bp = dynamic_cast<const BlockSparseStepPlan*>(&plan);
+    ATTN_REQUIRE(bp != nullptr, "plan", plan.backend(), "a plan made by this layer's plan()");
     begin_run(plan, args);
-    blocksparse::forward(shape_, pattern_, args.q, *args.cache, plan.metadata(), args.out);
+    Workspace own;
+    void* ws = scratch(args, own, bp->workspace_bytes());
+    blocksparse::forward(shape_, pattern_, bp->tiles(), args.q, *args.cache, plan.metadata(), args.out, ws);
     return {variant_, {}};
   }
   std::string variant() const override { return variant_ + " block-sparse"; }

@@ -28,7 +28,7 @@ RunResult SparseMlaImpl::run(const StepPlan& plan, const ForwardArgs& args) cons
   check_tensor(idx, "topk_indices", 2, {DType::int32}, {plan.metadata().num_tokens, -1});
   ATTN_REQUIRE(idx.size(1) > 0, "topk_indices.shape[1]", idx.size(1), "at least 1 (topk)");
   begin_run(plan, args);
-  absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, &idx);
+  absorbed_run(plan, args, &idx);
   return {variant_, "absorbed"};
 }
 

@@ -26,17 +26,29 @@ std::string mla_variant_name(const Platform& p, const LayerConfig& c) {
 
 namespace {
 
-/// The MLA step plan: the validated metadata and whether the expanded form is cheaper.
+/// The MLA step plan: the validated metadata, the absorbed form's tiles and splits, and whether the
+/// expanded form is cheaper.
 class MlaStepPlan final : public StepPlan {
  public:
-  MlaStepPlan(std::string backend, const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec, bool expanded_cheaper)
-      : StepPlan(std::move(backend), c, md, spec), expanded_cheaper_(expanded_cheaper) {}
+  MlaStepPlan(std::string backend, const LayerConfig& c, const BatchMetadata& md, const KVCacheSpec& spec,
+              const MlaShape& shape, bool expanded_cheaper)
+      : StepPlan(std::move(backend), c, md, spec),
+        topk_(c.use_sparse ? c.index_topk : 0),
+        tiles_(plan_absorbed(shape, metadata(), topk_)),
+        workspace_(absorbed_workspace_bytes(shape, tiles_, metadata().num_tokens, topk_)),
+        expanded_cheaper_(expanded_cheaper) {}
   MlaForm preferred_mla_form() const override { return expanded_cheaper_ ? MlaForm::expanded : MlaForm::absorbed; }
+  std::size_t workspace_bytes() const override { return workspace_; }
   std::string to_string() const override {
-    return StepPlan::to_string() + ", expanded form " + (expanded_cheaper_ ? "cheaper" : "not cheaper");
+    return StepPlan::to_string() + ", " + std::to_string(tiles_.tiles.size()) + " tiles in " +
+           std::to_string(tiles_.tasks.size()) + " tasks, expanded form " + (expanded_cheaper_ ? "cheaper" : "not cheaper");
   }
+  const TilePlan& tiles() const { return tiles_; }
 
  private:
+  int topk_;
+  TilePlan tiles_;
+  std::size_t workspace_;
   bool expanded_cheaper_;
 };
 
@@ -78,7 +90,7 @@ std::shared_ptr<const StepPlan> MlaImpl::plan(const BatchMetadata& md, const KVC
   const LayerConfig& c = params_.config;
   const bool cheaper = !c.use_sparse && c.qk_nope_head_dim > 0 && c.v_head_dim > 0 &&
                        expanded_flops(shape_, c.qk_nope_head_dim, c.v_head_dim, md) < absorbed_flops(shape_, md);
-  return std::make_shared<MlaStepPlan>(backend_, c, md, spec, cheaper);
+  return std::make_shared<MlaStepPlan>(backend_, c, md, spec, shape_, cheaper);
 }
 
 RunResult MlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
@@ -91,8 +103,17 @@ RunResult MlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
     return {variant_, "expanded"};
   }
   begin_run(plan, args);
-  absorbed_forward(shape_, args.q, *args.cache, plan.metadata(), args.out, nullptr);
+  absorbed_run(plan, args, nullptr);
   return {variant_, "absorbed"};
+}
+
+void MlaImpl::absorbed_run(const StepPlan& plan, const ForwardArgs& args, const TensorView* topk) const {
+  const auto* mp = dynamic_cast<const MlaStepPlan*>(&plan);
+  ATTN_REQUIRE(mp != nullptr, "plan", plan.backend(), "a plan made by this layer's plan()");
+  const int T = plan.metadata().num_tokens, K = topk ? int(topk->size(1)) : 0;
+  Workspace own;
+  void* ws = scratch(args, own, absorbed_workspace_bytes(shape_, mp->tiles(), T, K));
+  absorbed_forward(shape_, mp->tiles(), args.q, *args.cache, plan.metadata(), args.out, topk, ws);
 }
 
 BackendDescriptor mla_descriptor_base() {

@@ -24,6 +24,9 @@ class MlaImpl : public AttentionImpl {
   std::string variant() const override { return variant_; }
 
  protected:
+  /// The absorbed form under a plan from plan() (topk: the sparse layers' indices, else null),
+  /// in args.workspace (grown if it is smaller than the run needs) or a scratch of its own.
+  void absorbed_run(const StepPlan& plan, const ForwardArgs& args, const TensorView* topk) const;
   MlaShape shape_;
   UpProjections up_;
   std::string variant_;

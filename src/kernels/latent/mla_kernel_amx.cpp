@@ -205,7 +205,7 @@ ATTN_AMX_TARGET void add_nonfinite(const uint16_t* p, const uint16_t* plo, unsig
 struct Scratch {
   std::vector<uint16_t> k, v, q, p, plo, held;
   std::vector<float> s, acc, m, l, alpha;
-  std::vector<int32_t> lim;
+  std::vector<int32_t> lim, group_limit;
 };
 
 ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
@@ -237,7 +237,8 @@ ATTN_AMX_TARGET void attend_amx_impl(const AttendArgs& a) {
       std::fill(dst, dst + R, 0.0f);
     }
   }
-  std::vector<int> group_limit(G, 0);
+  int32_t* group_limit = aligned(sc.group_limit, G);
+  std::fill(group_limit, group_limit + G, 0);
   int max_limit = 0;
   for (int row = 0; row < GR; ++row) {
     group_limit[row / kRows] = std::max(group_limit[row / kRows], lim[row]);
