@@ -23,6 +23,8 @@ void TilePlan::plan_tasks(int threads, int rank) {
   num_splits.assign(tiles.size(), 1);
   first_part.assign(tiles.size(), -1);
   part_floats = 0;
+  max_rows = 0;
+  for (const Tile& t : tiles) max_rows = std::max(max_rows, t.rows);
   const int want = 2 * threads;
   for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
     const Tile& t = tiles[ti];
@@ -80,8 +82,7 @@ void run_tiles(const TileRun& run, const TilePlan& plan) {
     }
   };
 
-  int max_rows = 0;
-  for (const Tile& t : tiles) max_rows = std::max(max_rows, t.rows);
+  const int max_rows = plan.max_rows;
   auto args_for = [&](const Tile& tile, int rows, float* state, const int32_t* limits) {
     AttendArgs a;
     a.kv = run.kv;

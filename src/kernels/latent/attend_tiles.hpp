@@ -32,6 +32,7 @@ struct TilePlan {
   std::vector<int> first_part;   // per tile: its first partial (-1: not split)
   std::vector<int64_t> part_offset;  // per partial: floats into the partials
   int64_t part_floats = 0;
+  int max_rows = 0;              // the largest tile's rows (each thread's scratch is grown to it)
   struct Task {
     int tile = 0, split = 0;
   };
