@@ -91,7 +91,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   constexpr bool Fp8Dot = Bf16Dot && T == KvType::e4m3 && !Pairs;
   static_assert(!Fp8Dot || ATTN_CF_VBMI, "e4m3 dot products need the VBMI table lookups");
   constexpr KvType TK = Fp8Dot ? KvType::bf16 : T;
-  thread_local Scratch sc;
+  Scratch& sc = thread_scratch();
   const int g = a.group, d = a.head_size, rows = item_rows(it, g), rp = (rows + RB - 1) / RB * RB;
   const int s_idx = it.seq, h = it.kv_head, bs = a.kv.block_size;
   // eb: bytes per cache element (unpacked formats: the cache is addressed in bytes); row_bytes,

@@ -27,6 +27,14 @@ struct alignas(64) Scratch {
   alignas(64) char ukv[2][kChunk * kMaxHeadSizeDecode * 4];
 };
 
+/// The calling thread's scratch: one per decode build (this namespace), not one per kernel
+/// instantiation. Each of ~60 instantiations had its own, ~6 MiB of thread-local storage that
+/// every thread of a program linking libattn carried (glibc carves it from the thread's stack).
+inline Scratch& thread_scratch() {
+  thread_local Scratch sc;
+  return sc;
+}
+
 /// Q·Kᵀ for RB rows × KB keys (RB·KB = 16 accumulators), dot products along the head size,
 /// summed by one transpose-add tree. Bf16Dot: vdpbf16ps on raw bf16 q and K (exact products).
 /// T = e4m3 with Bf16Dot (VBMI builds): K rows are raw e4m3, widened 64 values at a time in
