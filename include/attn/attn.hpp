@@ -5,6 +5,7 @@
 #include "attn/device.hpp"
 #include "attn/error.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/layer.hpp"
 #include "attn/layer_config.hpp"
 #include "attn/metadata.hpp"
 #include "attn/model.hpp"

@@ -42,6 +42,7 @@ from ._core import (  # noqa: E402
     Platform,
     Reason,
     StepPlan,
+    StepPlans,
     Workspace,
     backends,
     builtin_models,
@@ -69,7 +70,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attention", "attention", "BackendInfo", "BatchMetadata", "Candidate", "Decision", "Error", "HeadSharding", "KVCache",
-    "LayerConfig", "ModelLayer", "ModelPlan", "ModelSpec", "Plan", "PlanGroup", "PlannedLayer", "Platform", "Reason", "StepPlan", "Workspace",
+    "LayerConfig", "ModelLayer", "ModelPlan", "ModelSpec", "Plan", "PlanGroup", "PlannedLayer", "Platform", "Reason", "StepPlan", "StepPlans", "Workspace",
     "backends", "builtin_models", "clear_selector_cache", "explain", "load_model", "load_plugin", "mixer_backends",
     "pipeline_stages", "plan", "plan_model", "platform", "reload_tuning", "select", "select_mamba", "shard_heads", "shard_layer_config",
     "shard_model", "tune", "tuning_file_path",

@@ -9,11 +9,6 @@
 namespace attn::py {
 namespace {
 
-/// The cache this layer's backend reads: its layout and dtype, block_size 0 = the layer's.
-KVCacheSpec layer_cache_spec(const Attention& a, int32_t num_blocks, int32_t block_size) {
-  return a.descriptor->cache_spec(a.params.config, num_blocks, block_size ? block_size : a.decision.block_size);
-}
-
 std::vector<float> floats_from_py(nb::handle h, const char* arg) {
   std::vector<float> out;
   if (h.is_none()) return out;
@@ -135,13 +130,11 @@ void require_dtype(const ArrayArg& a, const char* arg, DType want) {
 }
 
 void require_device(const Attention& a, const ArrayArg& x, const char* arg) {
-  const auto& platforms = a.descriptor->caps.platforms;
-  const bool runs_on_cuda = std::find(platforms.begin(), platforms.end(), PlatformKind::cpu) == platforms.end();
-  const DeviceKind want = runs_on_cuda ? DeviceKind::cuda : DeviceKind::cpu;
+  const DeviceKind want = a.device();
   if (x.view.device != want)
     throw nb::value_error((std::string(arg) + ".device=" + std::string(to_string(x.view.device)) +
                            " invalid: expected " + std::string(to_string(want)) + " (backend " +
-                           a.decision.backend + " runs there)").c_str());
+                           a.decision().backend + " runs there)").c_str());
 }
 
 void bind_layer(nb::module_& m) {
@@ -278,43 +271,38 @@ void bind_layer(nb::module_& m) {
              if (w_uk.is_none() != w_uv.is_none())
                throw Error(std::string("w_uv=") + (w_uv.is_none() ? "None" : "<array>") +
                            " invalid: expected w_uk and w_uv together (the expanded MLA form needs both)");
-             p.validate();
-             Decision d = select(config, o);
-             if (d.tuned) p.variant = d.variant;  // the measured fastest kernel variant
-             auto desc = Registry::instance().find(d.backend);
-             auto impl = Registry::instance().create(d.backend, p);
-             new (self) Attention{std::move(p), std::move(d), std::move(desc), std::move(impl)};
+             new (self) Attention(std::move(p), o);
            },
            nb::arg("config"), nb::arg("backend") = nb::none(), nb::kw_only(), nb::arg("scale") = nb::none(),
            nb::arg("sinks") = nb::none(), nb::arg("alibi_slopes") = nb::none(), nb::arg("num_threads") = 0,
            nb::arg("w_uk") = nb::none(), nb::arg("w_uv") = nb::none())
-      .def_prop_ro("config", [](const Attention& a) { return a.params.config; })
-      .def_prop_ro("decision", [](const Attention& a) { return a.decision; })
-      .def_prop_ro("backend", [](const Attention& a) { return a.decision.backend; })
-      .def_prop_ro("variant", [](const Attention& a) { return a.impl->variant(); })
-      .def_prop_ro("scale", [](const Attention& a) { return a.params.effective_scale(); })
-      .def_prop_ro("block_size", [](const Attention& a) { return a.decision.block_size; },
+      .def_prop_ro("config", [](const Attention& a) { return a.config(); })
+      .def_prop_ro("decision", [](const Attention& a) { return a.decision(); })
+      .def_prop_ro("backend", [](const Attention& a) { return a.backend(); })
+      .def_prop_ro("variant", [](const Attention& a) { return a.variant(); })
+      .def_prop_ro("scale", [](const Attention& a) { return a.params().effective_scale(); })
+      .def_prop_ro("block_size", [](const Attention& a) { return a.block_size(); },
                    "The KV block size for this layer: the user's, else the backend's preferred.")
       .def(
           "make_cache",
           [](const Attention& a, int32_t num_blocks, int32_t block_size) {
-            return KVCache(layer_cache_spec(a, num_blocks, block_size));
+            return KVCache(a.cache_spec(num_blocks, block_size));
           },
           nb::arg("num_blocks"), nb::arg("block_size") = 0,
           "A KV cache in the layout, dtype and block size this layer's backend wants.")
       .def(
           "kv_cache_shape",
           [](const Attention& a, int32_t num_blocks, int32_t block_size) {
-            return to_tuple(layer_cache_spec(a, num_blocks, block_size).shape());
+            return to_tuple(a.cache_spec(num_blocks, block_size).shape());
           },
           nb::arg("num_blocks"), nb::arg("block_size") = 0,
           "The shape of the cache tensor this layer reads (for an engine that allocates it and wraps it with\n"
           "KVCache.from_dlpack(tensor, layout=layer.kv_cache_layout)); block_size 0 = the layer's.")
       .def_prop_ro("kv_cache_dtype",
-                   [](const Attention& a) { return std::string(to_string(layer_cache_spec(a, 1, 0).dtype)); },
+                   [](const Attention& a) { return std::string(to_string(a.cache_spec(1, 0).dtype)); },
                    "The cache storage dtype this layer reads (bfloat16, fp8_e4m3, ...).")
       .def_prop_ro("kv_cache_layout",
-                   [](const Attention& a) { return std::string(to_string(layer_cache_spec(a, 1, 0).layout)); },
+                   [](const Attention& a) { return std::string(to_string(a.cache_spec(1, 0).layout)); },
                    "The cache layout this layer reads: NHD, HND, HND_PAIRS or MLA.")
       .def(
           "write_kv",
@@ -322,15 +310,15 @@ void bind_layer(nb::module_& m) {
             ArrayArg ka = array_arg(k, "k", false);
             // MLA caches hold one latent entry per token: v is unused there and may be None.
             ArrayArg va = v.is_none() ? ArrayArg{} : array_arg(v, "v", false);
-            unflatten_heads(ka, a.params.config.num_kv_heads, "k");
-            if (!v.is_none()) unflatten_heads(va, a.params.config.num_kv_heads, "v");
+            unflatten_heads(ka, a.config().num_kv_heads, "k");
+            if (!v.is_none()) unflatten_heads(va, a.config().num_kv_heads, "v");
             require_device(a, ka, "k");
             if (!v.is_none()) require_device(a, va, "v");
             check_storage(cache);
             const int64_t saturated_before = cache.saturated_values();
             {
               nb::gil_scoped_release release;
-              a.impl->write_kv(ka.view, va.view, cache, md);
+              a.write_kv(ka.view, va.view, cache, md);
             }
             warn_if_saturated(cache, saturated_before);
           },
@@ -338,9 +326,9 @@ void bind_layer(nb::module_& m) {
           "k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v]: the step's new\n"
           "keys and values, stored into the slots of metadata.slot_mapping (quantized for fp8 caches).")
       .def("__repr__", [](const Attention& a) {
-        const std::string v = a.impl->variant();
-        return "Attention(backend='" + a.decision.backend + "'" + (v.empty() ? "" : ", variant='" + v + "'") + ", " +
-               a.params.config.to_string() + ")";
+        const std::string v = a.variant();
+        return "Attention(backend='" + a.backend() + "'" + (v.empty() ? "" : ", variant='" + v + "'") + ", " +
+               a.config().to_string() + ")";
       });
   bind_step(m, attention);
 }

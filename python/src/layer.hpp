@@ -4,18 +4,14 @@
 #include <memory>
 #include <vector>
 
+#include "attn/layer.hpp"
 #include "bind.hpp"
 
 namespace attn::py {
 
-/// One attention layer: the selector's decision and the backend implementation built for it.
-/// Holds no per-call state (AttentionImpl::run is const), so any number of threads may run it.
-struct Attention {
-  LayerParams params;
-  Decision decision;
-  std::shared_ptr<const BackendDescriptor> descriptor;
-  std::unique_ptr<AttentionImpl> impl;
-};
+/// attn.Attention is the library's Layer: the selector's decision and the backend implementation
+/// built for it. It holds no per-call state, so any number of threads may run it.
+using Attention = attn::Layer;
 
 /// numpy.empty for an output: like `q` (same array type and dtype) when q can make one.
 nb::object new_output_like(nb::handle q, const std::vector<int64_t>& shape, DType dtype);

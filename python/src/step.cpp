@@ -71,21 +71,13 @@ IndexArg index_arg(nb::handle h) {
   return out;
 }
 
-/// The width of one output row: the expanded MLA form's v_head_dim, the latent rank of the
-/// absorbed MLA form, else head_size_v.
-int out_width(const Attention& a, const KVCache& cache, MlaForm form) {
-  const LayerConfig& c = a.params.config;
-  if (form == MlaForm::expanded) return c.v_head_dim;
-  return cache.spec().layout == KVLayout::MLA ? cache.spec().v_width() : c.effective_head_size_v();
-}
-
 /// One layer's run under `plan`: arrays are imported (no copies) with the GIL held, the kernel
 /// runs without it. Returns `out`, or a new array like q when out is None.
 nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVCache& cache, nb::handle out, nb::handle k,
                      nb::handle v, nb::handle topk_indices, const std::string& mla_form, PyWorkspace* workspace) {
   ForwardArgs args;
   args.mla_form = mla_form_from_py(mla_form);
-  const LayerConfig& c = a.params.config;
+  const LayerConfig& c = a.config();
   ArrayArg qa = array_arg(q, "q", false);
   const bool flat = qa.view.ndim == 2;  // [tokens, heads * head_size] in, the same form out
   unflatten_heads(qa, c.num_heads, "q");
@@ -93,13 +85,13 @@ nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVC
   require_device(a, qa, "q");
   nb::object result = nb::borrow(out);
   if (out.is_none()) {
-    const int64_t tokens = plan.metadata().num_tokens, width = out_width(a, cache, args.mla_form);
+    const int64_t tokens = plan.metadata().num_tokens, width = a.out_width(cache.spec(), args.mla_form);
     result = new_output_like(q, flat ? std::vector<int64_t>{tokens, c.num_heads * width} : std::vector<int64_t>{tokens, c.num_heads, width},
                              c.dtype);
   }
   ArrayArg oa = array_arg(result, "out", true);
   unflatten_heads(oa, c.num_heads, "out");
-  require_dtype(oa, "out", a.params.config.dtype);
+  require_dtype(oa, "out", a.config().dtype);
   require_device(a, oa, "out");
   ArrayArg ka, va;
   if (!k.is_none()) {
@@ -130,7 +122,7 @@ nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVC
     nb::gil_scoped_release release;
     WorkspaceLease lease(workspace);
     args.workspace = lease.get();
-    a.impl->run(plan, args);
+    a.run(plan, args);
   }
   if (args.new_k.data) warn_if_saturated(cache, saturated_before);
   return result;
@@ -171,12 +163,28 @@ void bind_step(nb::module_& m, nb::class_<Attention>& attention) {
                    "MLA: 'expanded' when that form needs fewer FLOPs for this step, else 'absorbed'.")
       .def("__repr__", [](const PyStepPlan& p) { return p.plan->to_string(); });
 
+  nb::class_<StepPlans>(m, "StepPlans",
+                         "One engine step's plans, one per backend, layer config, kernel variant and cache geometry:\n"
+                         "planned on the first layer that asks, shared by every layer of its group.")
+      .def(nb::init<BatchMetadata>(), nb::arg("metadata"))
+      .def(
+          "for_layer",
+          [](StepPlans& plans, const Attention& a, const KVCache& cache) {
+            nb::gil_scoped_release release;
+            return PyStepPlan{plans.shared_for_layer(a, cache.spec())};
+          },
+          nb::arg("layer"), nb::arg("cache"), "The plan `layer` runs this step over `cache` (planned on first use).")
+      .def_prop_ro("metadata", &StepPlans::metadata)
+      .def_prop_ro("workspace_bytes", &StepPlans::workspace_bytes, "Scratch bytes the largest plan's run needs.")
+      .def("__len__", &StepPlans::size)
+      .def("__repr__", [](const StepPlans& p) { return "StepPlans(" + std::to_string(p.size()) + " plans)"; });
+
   attention
       .def(
           "plan",
           [](const Attention& a, const BatchMetadata& md, const KVCache& cache) {
             nb::gil_scoped_release release;
-            return PyStepPlan{a.impl->plan(md, cache.spec())};
+            return PyStepPlan{a.plan(md, cache.spec())};
           },
           nb::arg("metadata"), nb::arg("cache"),
           "Validates the step's metadata against the cache geometry once and plans it; the plan serves every\n"
@@ -197,7 +205,7 @@ void bind_step(nb::module_& m, nb::class_<Attention>& attention) {
             std::shared_ptr<const StepPlan> plan;
             {
               nb::gil_scoped_release release;
-              plan = a.impl->plan(md, cache.spec());
+              plan = a.plan(md, cache.spec());
             }
             return run_layer(a, *plan, q, cache, out, k, v, topk_indices, mla_form, nullptr);
           },

@@ -50,6 +50,24 @@ def test_one_plan_serves_every_layer_like_forward(backend):
         np.testing.assert_array_equal(out, w)
 
 
+@pytest.mark.parametrize("backend", valid_cpu_backends(CFG))
+def test_step_plans_plan_each_layer_group_once(backend):
+    batches = shared_table_batches(3, backend)
+    want = [b.layer.forward(b.q, b.cache, b.md) for b in batches]
+    plans = attn.StepPlans(batches[0].md)
+    first = plans.for_layer(batches[0].layer, batches[0].cache)
+    ws = attn.Workspace(plans.workspace_bytes)
+    for b, w in zip(batches, want):
+        plan = plans.for_layer(b.layer, b.cache)
+        assert plan.backend == backend and plan.config == CFG
+        np.testing.assert_array_equal(b.layer.run(plan, b.q, b.cache, workspace=ws), w)
+    assert len(plans) == 1 and plans.workspace_bytes == first.workspace_bytes
+    windowed = attn.Attention(attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16",
+                                               sliding_window=16), backend)
+    assert plans.for_layer(windowed, batches[0].cache).config == windowed.config
+    assert len(plans) == 2 and repr(plans) == "StepPlans(2 plans)"
+
+
 def test_run_writes_new_kv_before_attending():
     rng = np.random.default_rng(9)
     a = attn.Attention(CFG)

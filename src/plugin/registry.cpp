@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "attn/error.hpp"
+#include "attn/selector.hpp"
 #include "core/log.hpp"
 #include "core/names.hpp"
 #include "plugin/contain_callbacks.hpp"
@@ -362,6 +363,17 @@ std::unique_ptr<AttentionImpl> Registry::create(const std::string& backend, cons
     throw Error("variant='" + params.variant + "' invalid for backend " + backend +
                 ": expected \"\" (it has one kernel variant)");
   params.validate();
+  // The implementation is built only for a layer its descriptor serves here (the selector's one
+  // checker), so a constructor need not check its capabilities again. A CUDA backend's platform
+  // is the GPU its module found, which its own create checks.
+  if (desc->device == DeviceKind::cpu) {
+    const Candidate checked = evaluate(*desc, params.config, detect_cpu());
+    if (!checked.valid) {
+      std::string reasons;
+      for (const Reason& r : checked.reasons) reasons += (reasons.empty() ? "" : "; ") + r.to_string();
+      throw Error("backend " + backend + " cannot serve this layer on " + detect_cpu().to_string() + ": [" + reasons + "]");
+    }
+  }
   return desc->create(params);
 }
 

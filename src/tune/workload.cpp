@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "attn/registry.hpp"
+#include "attn/layer.hpp"
 
 namespace attn::tune_detail {
 namespace {
@@ -72,14 +72,14 @@ ForwardArgs Workload::args(Workspace& ws) const {
 }
 
 TimedRun::TimedRun(const LayerParams& params, const std::string& backend, const Workload& workload)
-    : workload_(&workload), impl_(Registry::instance().create(backend, params)),
-      plan_(impl_->plan(workload.metadata(), workload.cache().spec())) {}
+    : workload_(&workload), layer_(Layer::on_backend(backend, params)),
+      plan_(layer_.plan(workload.metadata(), workload.cache().spec())) {}
 
 double TimedRun::run_once(Workspace& ws) const {
   ws.reserve(plan_->workspace_bytes());
   const ForwardArgs args = workload_->args(ws);
   const auto t0 = std::chrono::steady_clock::now();
-  impl_->run(*plan_, args);
+  layer_.run(*plan_, args);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

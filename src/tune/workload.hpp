@@ -7,6 +7,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/layer.hpp"
 #include "attn/step.hpp"
 
 namespace attn::tune_detail {
@@ -42,7 +43,7 @@ class TimedRun {
 
  private:
   const Workload* workload_;
-  std::unique_ptr<AttentionImpl> impl_;
+  Layer layer_;
   std::shared_ptr<const StepPlan> plan_;
 };
 

@@ -30,18 +30,17 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   cfg.num_heads = s.heads, cfg.num_kv_heads = s.kv_heads, cfg.head_size = s.head_size;
   cfg.dtype = DType::bfloat16, cfg.kv_cache_dtype = s.kv;
   cfg.sliding_window = s.window, cfg.has_sink = s.sinks;
-  params_.config = cfg;
-  params_.num_threads = threads;
-  if (s.sinks) params_.sinks.assign(std::size_t(s.heads), 0.5f);
-  auto desc = Registry::instance().find(backend);
-  if (!desc) throw Error("bench: unknown backend " + backend);
-  impl_ = Registry::instance().create(backend, params_);
+  LayerParams params;
+  params.config = cfg;
+  params.num_threads = threads;
+  if (s.sinks) params.sinks.assign(std::size_t(s.heads), 0.5f);
+  layer_ = std::make_unique<Layer>(Layer::on_backend(backend, std::move(params)));
 
-  const int bs = s.block_size > 0 ? s.block_size : desc->preferred_block_size, len = s.context + s.query_len;
+  const int bs = s.block_size > 0 ? s.block_size : layer_->descriptor().preferred_block_size, len = s.context + s.query_len;
   const int blocks_per_seq = (len + bs - 1) / bs;
   // Blocks wholly before the first visible key are never read: they share one filler block.
   const int skipped = first_visible(s, s.context) / bs, read_blocks = blocks_per_seq - skipped;
-  KVCacheSpec probe = desc->cache_spec(cfg, 1, bs);
+  KVCacheSpec probe = layer_->cache_spec(1, bs);
   // Per-token-head caches read each slot's two fp32 scales with its codes.
   const double row_bytes = double(s.kv_heads) * ((probe.stored_width(false) + probe.stored_width(true)) * double(dtype_size(probe.dtype)) +
                                                  (probe.token_scales() ? 2.0 * sizeof(float) : 0.0));
@@ -50,7 +49,7 @@ Workload::Workload(const Shape& s, const std::string& backend, int threads, std:
   // one round of calls reads the whole pool.
   const int instances = pool_bytes == 0 ? 1 : std::max(2, int(std::ceil(double(pool_bytes) / read_bytes)));
   const int filler = instances * read_blocks * s.batch, num_blocks = filler + 1;
-  KVCacheSpec spec = desc->cache_spec(cfg, num_blocks, bs);
+  KVCacheSpec spec = layer_->cache_spec(num_blocks, bs);
   if (s.layout) spec.layout = *s.layout;
   cache_ = std::make_unique<KVCache>(spec);
   // First touch from every thread, in chunks: blocks are read in shuffled order by whichever
@@ -97,7 +96,7 @@ Workload::~Workload() = default;
 double Workload::run_once() {
   const attn::BatchMetadata& md = md_[take_instance()];
   const auto t0 = Clock::now();
-  impl_->forward(q_.view(), *cache_, md, out_.view());
+  layer_->impl().forward(q_.view(), *cache_, md, out_.view());
   return since(t0);
 }
 
@@ -105,6 +104,6 @@ double Workload::median_seconds(int reps) {
   return median_after_warmup(reps, [this] { return run_once(); });
 }
 
-std::string Workload::variant() const { return impl_->variant(); }
+std::string Workload::variant() const { return layer_->variant(); }
 
 }  // namespace attn_bench

@@ -151,8 +151,7 @@ class Workload {
  private:
   Shape shape_;
   int threads_ = 0;
-  attn::LayerParams params_;
-  std::unique_ptr<attn::AttentionImpl> impl_;
+  std::unique_ptr<attn::Layer> layer_;
   std::unique_ptr<attn::KVCache> cache_;
   std::vector<attn::BatchMetadata> md_;
   attn::Buffer q_, out_;

@@ -44,10 +44,9 @@ class DecodeStep {
     p.config.num_heads = 32, p.config.num_kv_heads = 8, p.config.head_size = 128;
     p.config.dtype = DType::bfloat16;
     p.num_threads = threads;
-    auto desc = Registry::instance().find("cpu_flash");
-    for (int l = 0; l < kLayers; ++l) layers_.push_back(Registry::instance().create("cpu_flash", p));
-    const int bs = desc->preferred_block_size, blocks_per_seq = (context + 1 + bs - 1) / bs;
-    const KVCacheSpec spec = desc->cache_spec(p.config, blocks_per_seq * batch, bs);
+    for (int l = 0; l < kLayers; ++l) layers_.push_back(Layer::on_backend("cpu_flash", p));
+    const int bs = layers_[0].block_size(), blocks_per_seq = (context + 1 + bs - 1) / bs;
+    const KVCacheSpec spec = layers_[0].cache_spec(blocks_per_seq * batch);
     // Bytes one layer's kernel reads: every cached token's K and V rows of every KV head.
     const double read = double(context + 1) * batch * p.config.num_kv_heads * 2.0 * p.config.head_size * 2.0;
     const int distinct = std::clamp(int(std::ceil(double(pool_bytes) / read)), 2, kLayers);
@@ -70,20 +69,20 @@ class DecodeStep {
   /// One step the one-call way: forward (validate + plan + run) per layer.
   double forward_step() {
     const auto t0 = Clock::now();
-    for (int l = 0; l < kLayers; ++l) layers_[l]->forward(q_.view(), next_cache(), md_, out_.view());
+    for (int l = 0; l < kLayers; ++l) layers_[l].impl().forward(q_.view(), next_cache(), md_, out_.view());
     return since(t0);
   }
 
   /// One step planned once: plan, then run every layer with one workspace.
   double planned_step() {
     const auto t0 = Clock::now();
-    const auto plan = layers_[0]->plan(md_, caches_[0]->spec());
+    const auto plan = layers_[0].plan(md_, caches_[0]->spec());
     ws_.reserve(plan->workspace_bytes());
     attn::ForwardArgs args;
     args.q = q_.view(), args.out = out_.view(), args.workspace = &ws_;
     for (int l = 0; l < kLayers; ++l) {
       args.cache = &next_cache();
-      layers_[l]->run(*plan, args);
+      layers_[l].run(*plan, args);
     }
     return since(t0);
   }
@@ -91,7 +90,7 @@ class DecodeStep {
   /// One plan(): metadata validation and work planning, the part of a step outside the kernels.
   double plan_once() const {
     const auto t0 = Clock::now();
-    const auto plan = layers_[0]->plan(md_, caches_[0]->spec());
+    const auto plan = layers_[0].plan(md_, caches_[0]->spec());
     return since(t0);
   }
 
@@ -100,7 +99,7 @@ class DecodeStep {
  private:
   attn::KVCache& next_cache() { return *caches_[next_++ % caches_.size()]; }
 
-  std::vector<std::unique_ptr<attn::AttentionImpl>> layers_;
+  std::vector<attn::Layer> layers_;
   std::vector<std::unique_ptr<attn::KVCache>> caches_;
   attn::BatchMetadata md_;
   attn::Buffer q_, out_;

@@ -37,23 +37,13 @@ double median(std::vector<double> v) {
 
 constexpr int kKvHeads = 8, kHead = 128;
 
-struct Layer {
-  std::unique_ptr<attn::AttentionImpl> impl;
-  attn::LayerParams params;
-  int32_t block_size = 0;
-  attn::KVCacheSpec spec(int32_t num_blocks) const {
-    return attn::Registry::instance().find("cpu_flash")->cache_spec(params.config, num_blocks, block_size);
-  }
-};
-
-Layer llama_layer(int threads) {
-  Layer l;
-  l.params.config.num_heads = 32, l.params.config.num_kv_heads = kKvHeads, l.params.config.head_size = kHead;
-  l.params.config.dtype = attn::DType::bfloat16;
-  l.params.num_threads = threads;
-  l.impl = attn::Registry::instance().create("cpu_flash", l.params);
-  l.block_size = attn::Registry::instance().find("cpu_flash")->preferred_block_size;
-  return l;
+/// A Llama-3.1-8B attention layer on cpu_flash.
+attn::Layer llama_layer(int threads) {
+  attn::LayerParams p;
+  p.config.num_heads = 32, p.config.num_kv_heads = kKvHeads, p.config.head_size = kHead;
+  p.config.dtype = attn::DType::bfloat16;
+  p.num_threads = threads;
+  return attn::Layer::on_backend("cpu_flash", std::move(p));
 }
 
 attn::Buffer random_rows(int64_t tokens, uint32_t seed) {
@@ -79,16 +69,16 @@ attn::BatchMetadata step_metadata(int seqs, int context, int query, int32_t bs, 
 
 void prefill_figures(std::vector<NamedFigure>& out, bool quick, int threads, std::size_t pool_bytes) {
   const int tokens = 2048;
-  Layer layer = llama_layer(threads);
+  const attn::Layer layer = llama_layer(threads);
   int32_t num_blocks = 0;
-  const attn::BatchMetadata md = step_metadata(1, 0, tokens, layer.block_size, num_blocks);
+  const attn::BatchMetadata md = step_metadata(1, 0, tokens, layer.block_size(), num_blocks);
   const attn::Buffer k = random_rows(tokens, 1), v = random_rows(tokens, 2);
   const std::size_t bytes = 2 * k.bytes();  // K and V in; the same into the cache
   const int distinct = std::clamp(int(std::ceil(double(pool_bytes) / double(bytes))), 2, 64);
   std::vector<std::unique_ptr<attn::KVCache>> caches;
   std::vector<attn::Buffer> copies;
   for (int i = 0; i < distinct; ++i) {
-    caches.push_back(std::make_unique<attn::KVCache>(layer.spec(num_blocks)));
+    caches.push_back(std::make_unique<attn::KVCache>(layer.cache_spec(num_blocks)));
     caches.back()->fill(0.0f);  // first touch before timing
     copies.emplace_back(attn::DType::bfloat16, std::vector<int64_t>{int64_t(bytes / 2)});
     std::memset(copies.back().data(), 0, bytes);
@@ -99,7 +89,7 @@ void prefill_figures(std::vector<NamedFigure>& out, bool quick, int threads, std
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up (OpenMP team, page tables)
     attn::KVCache& cache = *caches[next % caches.size()];
     auto t0 = Clock::now();
-    layer.impl->write_kv(k.view(), v.view(), cache, md);
+    layer.write_kv(k.view(), v.view(), cache, md);
     const double w = since(t0);
     char* dst = static_cast<char*>(copies[next % copies.size()].data());
     t0 = Clock::now();
@@ -115,7 +105,7 @@ void prefill_figures(std::vector<NamedFigure>& out, bool quick, int threads, std
     if (r >= 0) write_s.push_back(w), copy_s.push_back(c);
   }
   const double w = median(write_s), c = median(copy_s);
-  const std::string note = "2048 tokens x 8 KV heads x 128, bf16 into " + std::string(attn::to_string(layer.spec(1).layout)) +
+  const std::string note = "2048 tokens x 8 KV heads x 128, bf16 into " + std::string(attn::to_string(layer.cache_spec(1).layout)) +
                            ", " + std::to_string(distinct) + " caches rotated; median of " + std::to_string(reps);
   out.push_back({"write_kv.prefill_2048.ms", w * 1e3, "ms", note});
   out.push_back({"write_kv.prefill_2048.GBps", 2.0 * double(bytes) / w / 1e9, "GB/s", "bytes read + written"});
@@ -125,15 +115,15 @@ void prefill_figures(std::vector<NamedFigure>& out, bool quick, int threads, std
 
 void decode_figures(std::vector<NamedFigure>& out, bool quick, int threads) {
   const int batch = 8, context = quick ? 512 : 4096;
-  Layer layer = llama_layer(threads);
+  const attn::Layer layer = llama_layer(threads);
   int32_t num_blocks = 0;
-  const attn::BatchMetadata md = step_metadata(batch, context, 1, layer.block_size, num_blocks);
-  attn::KVCache cache(layer.spec(num_blocks));
+  const attn::BatchMetadata md = step_metadata(batch, context, 1, layer.block_size(), num_blocks);
+  attn::KVCache cache(layer.cache_spec(num_blocks));
   cache.fill(0.03f);
   const attn::Buffer k = random_rows(batch, 3), v = random_rows(batch, 4);
   attn::Buffer q(attn::DType::bfloat16, {batch, 32, kHead}), o(attn::DType::bfloat16, {batch, 32, kHead});
   std::memset(q.data(), 0, q.bytes());
-  const auto plan = layer.impl->plan(md, cache.spec());
+  const auto plan = layer.plan(md, cache.spec());
   attn::Workspace ws;
   ws.reserve(plan->workspace_bytes());
   attn::ForwardArgs args;
@@ -145,7 +135,7 @@ void decode_figures(std::vector<NamedFigure>& out, bool quick, int threads) {
     cache.write_validated(k.view(), v.view(), plan->metadata());
     const double w = since(t0);
     t0 = Clock::now();
-    layer.impl->run(*plan, args);
+    layer.run(*plan, args);
     const double a = since(t0);
     if (r >= 0) write_s.push_back(w), attend_s.push_back(a);
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "attn/limits.hpp"
 #include "attention_check.hpp"
@@ -40,16 +41,11 @@ struct GroupState {
   std::unique_ptr<attn::BlockAllocator> alloc;
   std::vector<attn::SequenceBlocks> seqs;
   attn::BatchMetadata md;
-  std::vector<std::shared_ptr<const attn::StepPlan>> plans;  // this step's, one per distinct layer config
+  std::optional<attn::StepPlans> plans;  // this step's, one per distinct layer config
   std::string prefill_form, decode_form;  // MLA: the form each phase ran
 
   /// This step's plan for `layer`: made by the first layer of each config, shared by the rest.
-  const attn::StepPlan& plan_for(const LayerRunner& layer) {
-    for (const auto& p : plans)
-      if (p->config() == layer.params().config) return *p;
-    plans.push_back(layer.plan(md));
-    return *plans.back();
-  }
+  const attn::StepPlan& plan_for(LayerRunner& layer) { return plans->for_layer(layer.layer(), layer.cache().spec()); }
 
   bool decodes() const { return group->sample.attention.attn_type == attn::AttnType::decoder; }
   /// Appends `n` tokens to every sequence and builds this step's metadata.
@@ -61,7 +57,7 @@ struct GroupState {
       specs.push_back({before, n, s.block_ids()});
     }
     md = attn::BatchMetadata::build(specs, block_size, num_blocks, causal);
-    plans.clear();
+    plans.emplace(md);
   }
 };
 

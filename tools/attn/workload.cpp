@@ -109,16 +109,15 @@ attn::Buffer sparse_indices(const attn::BatchMetadata& md, int topk, Rng& rng) {
 
 LayerRunner::LayerRunner(const attn::BackendDescriptor& backend, const attn::LayerParams& params, int32_t num_blocks,
                          int32_t block_size, const attn::LayerConfig* scales_of)
-    : params_(params), num_blocks_(num_blocks), block_size_(block_size) {
-  impl_ = attn::Registry::instance().create(backend.name, params);
-  cache_ = std::make_unique<attn::KVCache>(backend.cache_spec(params.config, num_blocks, block_size));
+    : layer_(attn::Layer::on_backend(backend.name, params)), num_blocks_(num_blocks), block_size_(block_size) {
+  cache_ = std::make_unique<attn::KVCache>(layer_.cache_spec(num_blocks, block_size));
   set_fp8_scales(*cache_, scales_of ? *scales_of : params.config);
   round_as_ds_mla_ = scales_of && scales_of->kv_cache_dtype == attn::KVCacheDType::fp8_ds_mla &&
                      params.config.kv_cache_dtype != attn::KVCacheDType::fp8_ds_mla;
 }
 
 bool LayerRunner::use_random_up_projections(Rng& rng) {
-  const attn::LayerConfig& c = params_.config;
+  const attn::LayerConfig& c = layer_.config();
   // Top-k sparse layers stay absorbed: the expanded form would attend to every position.
   if (!c.use_mla || c.use_sparse || c.qk_nope_head_dim <= 0 || c.v_head_dim <= 0) return false;
   // fan_in: the width each projected value sums over (q·W_UK sums over nope, latent·W_UV over rank).
@@ -130,14 +129,14 @@ bool LayerRunner::use_random_up_projections(Rng& rng) {
   };
   w_uk_ = projection(c.qk_nope_head_dim, c.qk_nope_head_dim);
   w_uv_ = projection(c.v_head_dim, c.kv_lora_rank);
-  attn::LayerParams p = params_;
+  attn::LayerParams p = layer_.params();
   auto floats = [](const attn::Buffer& w) {
     std::vector<float> f(std::size_t(w.view().numel()));
     for (std::size_t i = 0; i < f.size(); ++i) f[i] = attn::load_as_float(w.data(), w.dtype(), int64_t(i));
     return f;
   };
   p.mla_w_uk = floats(w_uk_), p.mla_w_uv = floats(w_uv_);
-  impl_ = attn::Registry::instance().create(impl_->backend_name(), p);
+  layer_ = attn::Layer::on_backend(layer_.backend(), std::move(p));
   return true;
 }
 
@@ -146,12 +145,12 @@ bool LayerRunner::expanded(const attn::StepPlan& plan) const {
 }
 
 std::shared_ptr<const attn::StepPlan> LayerRunner::plan(const attn::BatchMetadata& md) const {
-  return impl_->plan(md, cache_->spec());
+  return layer_.plan(md, cache_->spec());
 }
 
 void LayerRunner::write(const attn::BatchMetadata& md, const StepInputs& in) {
   if (!round_as_ds_mla_) {
-    impl_->write_kv(in.k.view(), in.value(), *cache_, md);
+    layer_.write_kv(in.k.view(), in.value(), *cache_, md);
     return;
   }
   // Each latent entry as an fp8_ds_mla cache returns it, in fp32 (the cache rounds it to its dtype).
@@ -169,7 +168,7 @@ void LayerRunner::write(const attn::BatchMetadata& md, const StepInputs& in) {
     attn::ds_mla::quantize_entry(row, entry);
     attn::ds_mla::dequantize_entry(entry, dst + t * kWidth);
   }
-  impl_->write_kv(rounded.k.view(), rounded.value(), *cache_, md);
+  layer_.write_kv(rounded.k.view(), rounded.value(), *cache_, md);
 }
 
 attn::RunResult LayerRunner::run(const attn::StepPlan& plan, const StepInputs& in, const attn::TensorView& out, Rng& rng,
@@ -178,12 +177,12 @@ attn::RunResult LayerRunner::run(const attn::StepPlan& plan, const StepInputs& i
   args.q = in.q.view(), args.out = out, args.cache = cache_.get(), args.workspace = workspace;
   if (write_new_kv) args.new_k = in.k.view(), args.new_v = in.value();
   attn::Buffer indices;
-  if (params_.config.use_sparse) {
-    indices = sparse_indices(plan.metadata(), params_.config.index_topk, rng);
+  if (layer_.config().use_sparse) {
+    indices = sparse_indices(plan.metadata(), layer_.config().index_topk, rng);
     args.topk_indices = indices.view();
   }
   if (expanded(plan)) args.mla_form = attn::MlaForm::expanded;
-  return impl_->run(plan, args);
+  return layer_.run(plan, args);
 }
 
 void LayerRunner::forward(const attn::BatchMetadata& md, const StepInputs& in, const attn::TensorView& out, Rng& rng) {

@@ -8,6 +8,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/layer.hpp"
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
 #include "testkit/tolerance_table.hpp"
@@ -84,8 +85,9 @@ class LayerRunner {
   attn::KVCache& cache() { return *cache_; }
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
-  const attn::LayerParams& params() const { return params_; }
-  std::string variant() const { return impl_->variant(); }
+  const attn::LayerParams& params() const { return layer_.params(); }
+  const attn::Layer& layer() const { return layer_; }
+  std::string variant() const { return layer_.variant(); }
 
   /// MLA layers whose backend has the expanded form: random up-projections W_UK, W_UV in the
   /// layer's dtype (entries U(-a, a), a = sqrt(3 / the width each projected value sums over), so
@@ -98,9 +100,8 @@ class LayerRunner {
   const attn::Buffer& w_uv() const { return w_uv_; }  // [heads, kv_lora_rank, v_head_dim]
 
  private:
-  attn::LayerParams params_;
+  attn::Layer layer_;
   int32_t num_blocks_ = 0, block_size_ = 0;
-  std::unique_ptr<attn::AttentionImpl> impl_;
   std::unique_ptr<attn::KVCache> cache_;
   attn::Buffer w_uk_, w_uv_;
   bool round_as_ds_mla_ = false;  // an oracle of an fp8_ds_mla layer (see the constructor)

@@ -72,7 +72,6 @@ class _AttnLayer:
         self.make = make
         self.layer = make(num_threads)
         self.cache: attn.KVCache | None = None
-        self.key = (self.layer.config, self.layer.backend)  # layers with equal keys share a step's plan
 
 
 class _Step:
@@ -81,7 +80,7 @@ class _Step:
     def __init__(self, metadata: attn.BatchMetadata, valid: torch.Tensor | None):
         self.metadata = metadata
         self.valid = valid  # [B, Sq] bool of the tokens written and attended; None = all
-        self.plans: dict = {}
+        self.plans = attn.StepPlans(metadata)  # one plan per layer group, shared by its layers
         self.done: set[int] = set()
 
 
@@ -170,9 +169,7 @@ class AttnCache(Cache):
             raise attn.Error(f"num_threads={n!r} invalid: expected an int >= 0 (0: OpenMP's default)")
         self._num_threads = n
         for served in self._layers.values():
-            served.layer = served.make(n)
-        if self._step is not None:
-            self._step.plans.clear()
+            served.layer = served.make(n)  # the step's plans are kept per thread count
 
     @property
     def memory_bytes(self) -> int:
@@ -193,9 +190,7 @@ class AttnCache(Cache):
             self._begin_step(query.shape[0], query.shape[2], attention_mask)
         step = self._step
         step.done.add(layer_idx)
-        plan = step.plans.get(served.key)
-        if plan is None:
-            plan = step.plans[served.key] = served.layer.plan(step.metadata, served.cache)
+        plan = step.plans.for_layer(served.layer, served.cache)
         b, h, sq, d = query.shape
         tokens = lambda x: x.transpose(1, 2).reshape(b * sq, x.shape[1], x.shape[3])  # noqa: E731 (a view when it can be)
         if step.valid is None:

@@ -217,27 +217,20 @@ class AttnMetadata:
     causal: bool
     slot_mapping: torch.Tensor
     builder: "AttnMetadataBuilder"
-    batches: dict = field(default_factory=dict)  # cache geometry → attn.BatchMetadata
-    plans: dict = field(default_factory=dict)    # (layer key, geometry) → attn.StepPlan
+    plans: dict = field(default_factory=dict)    # cache geometry → attn.StepPlans (its BatchMetadata and plans)
     cpu_attn: object = None                      # CPU_ATTN's metadata, built on a fallback layer's first call
 
-    def batch(self, cache: attn.KVCache) -> attn.BatchMetadata:
+    def plans_for(self, cache: attn.KVCache) -> attn.StepPlans:
         geometry = (cache.num_blocks, cache.block_size)
-        md = self.batches.get(geometry)
-        if md is None:
+        plans = self.plans.get(geometry)
+        if plans is None:
             cm, n = self.common, self.common.num_reqs
             qsl = cm.query_start_loc_cpu[: n + 1]
-            md = self.batches[geometry] = attn.BatchMetadata(
+            md = attn.BatchMetadata(
                 query_lens=(qsl[1:] - qsl[:-1]), seq_lens=cm.seq_lens[:n].cpu(), block_ids=cm.block_table_tensor[:n],
                 cache=cache, causal=self.causal, slot_mapping=self.slot_mapping)
-        return md
-
-    def plan(self, key, layer: attn.Attention, cache: attn.KVCache) -> attn.StepPlan:
-        k = (key, cache.num_blocks, cache.block_size)
-        p = self.plans.get(k)
-        if p is None:
-            p = self.plans[k] = layer.plan(self.batch(cache), cache)
-        return p
+            plans = self.plans[geometry] = attn.StepPlans(md)
+        return plans
 
     def for_cpu_attn(self):
         if self.cpu_attn is None:
@@ -305,7 +298,7 @@ class AttnImpl(AttentionImpl):
                             sliding_window=sliding_window or 0, logits_soft_cap=logits_soft_cap or 0.0,
                             has_sink=sinks is not None, use_alibi=alibi_slopes is not None)
         self.backend, self.why = self._choose()
-        self._layers: dict[bool, tuple[attn.Attention, tuple]] = {}  # by causal flag: the layer, its plan key
+        self._layers: dict[bool, attn.Attention] = {}  # by causal flag
         self._cache_key = None
         self._cache: attn.KVCache | None = None
         self._scales = None
@@ -327,18 +320,14 @@ class AttnImpl(AttentionImpl):
         return _serving_backend(cfg)
 
     def _layer(self, causal: bool) -> attn.Attention:
-        return self._served(causal)[0]
-
-    def _served(self, causal: bool) -> tuple[attn.Attention, tuple]:
-        """The attn layer for this causality and the key layers sharing a step's plan have in common
-        (made once: every forward looks it up)."""
+        """The attn layer for this causality (made once: every forward looks it up)."""
         served = self._layers.get(causal)
         if served is None:
             cfg = attn.LayerConfig(**self._fields, use_non_causal=not causal)
             sinks = None if self.sinks is None else self.sinks.detach().float().tolist()  # loaded weights by now
             layer = attn.Attention(cfg, scale=self.scale, sinks=sinks, alibi_slopes=self.alibi_slopes,
                                    num_threads=torch.get_num_threads())
-            served = self._layers[causal] = (layer, (layer.config, layer.backend))
+            served = self._layers[causal] = layer
         return served
 
     def _wrap(self, kv_cache: torch.Tensor) -> attn.KVCache:
@@ -372,14 +361,15 @@ class AttnImpl(AttentionImpl):
             raise attn.Error("metadata.causal invalid: expected one causal flag for every request of a step "
                              "(attn plans a step as all causal or all bidirectional)")
         cache = self._wrap(kv_cache)
-        n = md.batch(cache).num_tokens
+        plans = md.plans_for(cache)
+        n = plans.metadata.num_tokens
         if self._fields["kv_cache_dtype"] != "auto":
             scales = (float(layer._k_scale_float), float(layer._v_scale_float))
             if scales != self._scales:
                 cache.set_scales(*scales)
                 self._scales = scales
-        attn_layer, plan_key = self._served(md.causal)
-        plan = md.plan(plan_key, attn_layer, cache)
+        attn_layer = self._layer(md.causal)
+        plan = plans.for_layer(attn_layer, cache)
         write = key is not None and value is not None and self.kv_sharing_target_layer_name is None
         out = output[:n].view(n, self.num_heads, -1)
         attn_layer.run(plan, query[:n], cache, out=out, k=key[:n] if write else None, v=value[:n] if write else None,
