@@ -1,5 +1,5 @@
 // cpu_sparse: DeepSeek V3.2 sparse attention (DSA) — MLA restricted to each token's top-k
-// cache positions. It shares cpu_mla's latent cache and kernel (src/kernels/latent); only the
+// cache positions. It shares cpu_mla's latent cache and kernel (src/kernels/gather); only the
 // key list differs, so cost scales with topk, not with context length.
 #include "attn/error.hpp"
 // From another backend's folder on purpose: cpu_sparse is cpu_mla's family (SparseMlaImpl derives

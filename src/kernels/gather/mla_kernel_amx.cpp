@@ -15,7 +15,7 @@
 // A masked key is a zero in P, and 0 · NaN is NaN inside a tile product: a chunk whose V holds
 // inf / NaN (poisoned or unwritten slots) runs the tile product on zeros in their place and adds
 // them back only to the rows that see those keys.
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
-#include "kernels/latent/mla_avx512_math.hpp"
+#include "kernels/gather/mla_avx512_math.hpp"
 
 #define ATTN_AMX_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
