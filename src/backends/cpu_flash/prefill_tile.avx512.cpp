@@ -12,7 +12,7 @@
 // On AMX (PackLayout::amx) steps 1 and 3 run on the tile unit for 16 rows × the whole 64-key
 // tile at a time (prefill_amx.cpp); step 2 reads S from memory, O is rescaled in memory.
 #define ATTN_CF_NS prefill_avx512
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 #include "attn/numeric.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/prefill.hpp"

@@ -11,7 +11,7 @@
 #include "attn/numeric.hpp"
 #include "kernels/gather/mla_kernel.hpp"
 #define ATTN_CF_NS mla_avx512
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 
 namespace attn::mla {
 namespace avx512 {
