@@ -9,6 +9,11 @@
 # listed name whose <name>_descriptor() is missing fails the link, by name.)
 # ATTN_SKIP_BACKENDS names folders, or single backends (a line of builtin_list.inc or
 # mixer_list.inc) whose registration is dropped while their folder is still built.
+# A folder whose code builds on another backend folder's (a family: cpu_sparse derives from
+# cpu_mla's layer) names it in its backend.cmake:
+#   set(ATTN_BACKEND_USES other_folder)
+# Skipping the used folder while the user is built then keeps its sources in libattn, without
+# its registration or its tests.
 # Sets ATTN_BUILT_BACKEND_DIRS (folder names), ATTN_BACKEND_SOURCES, ATTN_BACKEND_TEST_SOURCES,
 # ATTN_MODULE_DIRS, and generates the registration lists of the backends built.
 file(GLOB ATTN_BACKEND_DIRS LIST_DIRECTORIES true CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/*)
@@ -21,8 +26,10 @@ foreach(dir IN LISTS ATTN_BACKEND_DIRS)
   get_filename_component(name ${dir} NAME)
   list(APPEND ATTN_ALL_BACKEND_DIRS ${name})
   set(ATTN_BACKEND_REGISTERS ${name})
+  set(ATTN_BACKEND_USES)
   include(${dir}/backend.cmake OPTIONAL)
   set(ATTN_REGISTERS_${name} ${ATTN_BACKEND_REGISTERS})
+  set(ATTN_USES_${name} ${ATTN_BACKEND_USES})
   foreach(r IN LISTS ATTN_BACKEND_REGISTERS)
     set(ATTN_FOLDER_OF_${r} ${name})
   endforeach()
@@ -78,6 +85,21 @@ set(ATTN_BACKEND_SOURCES ${PROJECT_SOURCE_DIR}/src/backends/registry.cpp)
 set(ATTN_BACKEND_TEST_SOURCES)
 set(ATTN_MODULE_DIRS)
 set(ATTN_DEFINED_BACKENDS)   # names the built folders register
+set(ATTN_USED_SKIPPED_DIRS)  # skipped folders a built folder uses: sources only
+foreach(name IN LISTS ATTN_ALL_BACKEND_DIRS)
+  if(NOT name IN_LIST ATTN_SKIPPED_DIRS)
+    foreach(used IN LISTS ATTN_USES_${name})
+      if(used IN_LIST ATTN_SKIPPED_DIRS)
+        list(APPEND ATTN_USED_SKIPPED_DIRS ${used})
+      endif()
+    endforeach()
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES ATTN_USED_SKIPPED_DIRS)
+foreach(name IN LISTS ATTN_USED_SKIPPED_DIRS)
+  file(GLOB srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/${name}/*.cpp)
+  list(APPEND ATTN_BACKEND_SOURCES ${srcs})
+endforeach()
 foreach(name IN LISTS ATTN_ALL_BACKEND_DIRS)
   if(name IN_LIST ATTN_SKIPPED_DIRS)
     continue()

@@ -14,7 +14,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/limits.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
 namespace attn::testkit {

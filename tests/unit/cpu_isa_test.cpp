@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "cpu/detect.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/mamba_reference.hpp"

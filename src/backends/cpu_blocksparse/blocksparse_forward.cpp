@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "attn/error.hpp"
-#include "kernels/latent/attend_tiles.hpp"
-#include "kernels/latent/mla_forward.hpp"
+#include "kernels/gather/attend_tiles.hpp"
+#include "kernels/gather/mla_forward.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn::blocksparse {

@@ -6,7 +6,7 @@
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
 #include "backends/cpu_blocksparse/blocksparse_pattern.hpp"
-#include "kernels/latent/attend_tiles.hpp"
+#include "kernels/gather/attend_tiles.hpp"
 
 namespace attn::blocksparse {
 

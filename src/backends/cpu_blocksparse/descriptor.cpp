@@ -2,7 +2,7 @@
 // BLOCKSPARSE_FLASH_ATTN) over the regular NHD paged cache; masked blocks are skipped entirely.
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "backends/cpu_blocksparse/blocksparse_forward.hpp"
 
 namespace attn {

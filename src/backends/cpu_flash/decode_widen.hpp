@@ -4,7 +4,7 @@
 // Part of the decode kernel (decode_impl.hpp), compiled once per decode build inside the
 // namespace its .cpp names (ATTN_CF_NS, with ATTN_CF_VBMI 0 or 1).
 #pragma once
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 #include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/nvfp4_unpack.hpp"
 #include "backends/cpu_flash/turboquant_unpack.hpp"

@@ -1,6 +1,6 @@
 // AVX2 + FMA build of the cpu_flash kernel.
 #define ATTN_CF_NS avx2
-#include "backends/cpu_flash/simd_avx2.hpp"
+#include "kernels/simd/simd_avx2.hpp"
 #include "backends/cpu_flash/kernel_impl.hpp"
 
 namespace attn::cpu_flash {

@@ -1,6 +1,6 @@
 // AVX-512 build of the cpu_flash kernel (fp32 FMA on K/V dequantized in registers).
 #define ATTN_CF_NS avx512
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 #include "backends/cpu_flash/kernel_impl.hpp"
 
 namespace attn::cpu_flash {

@@ -2,7 +2,7 @@
 // instruction, no widening). Exact for bf16 q (the products of two bf16 fit in fp32), so it
 // serves bf16 q with a bf16 cache; P·V stays on fp32 FMA.
 #define ATTN_CF_NS avx512_bf16
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 #include "backends/cpu_flash/kernel_impl.hpp"
 
 namespace attn::cpu_flash {

@@ -1,6 +1,6 @@
 // Portable build of the cpu_flash kernel: no ISA flags, runs on any CPU (x86-64 baseline, ARM).
 #define ATTN_CF_NS generic
-#include "backends/cpu_flash/simd_scalar.hpp"
+#include "kernels/simd/simd_scalar.hpp"
 #include "backends/cpu_flash/kernel_impl.hpp"
 
 namespace attn::cpu_flash {

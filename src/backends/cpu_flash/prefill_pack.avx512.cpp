@@ -12,7 +12,7 @@
 // Keys at or past the sequence length and dims past dv are zeros: a masked key then multiplies
 // a zero weight by a finite zero, never by cache contents (NaN poison stays out).
 #define ATTN_CF_NS prefill_avx512
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
 #include "backends/cpu_flash/nvfp4_unpack.hpp"

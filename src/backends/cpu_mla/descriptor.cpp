@@ -1,5 +1,5 @@
 // cpu_mla: DeepSeek multi-head latent attention over the latent paged cache (dense layers).
-#include "kernels/latent/mla_impl.hpp"
+#include "backends/cpu_mla/mla_impl.hpp"
 
 namespace attn {
 

@@ -1,8 +1,10 @@
 // cpu_sparse: DeepSeek V3.2 sparse attention (DSA) — MLA restricted to each token's top-k
-// cache positions. It shares cpu_mla's latent cache and kernel (src/kernels/latent); only the
+// cache positions. It shares cpu_mla's latent cache and kernel (src/kernels/gather); only the
 // key list differs, so cost scales with topk, not with context length.
 #include "attn/error.hpp"
-#include "kernels/latent/mla_impl.hpp"
+// From another backend's folder on purpose: cpu_sparse is cpu_mla's family (SparseMlaImpl derives
+// from its MlaImpl and shares its descriptor base and checks).
+#include "backends/cpu_mla/mla_impl.hpp"
 
 namespace attn {
 

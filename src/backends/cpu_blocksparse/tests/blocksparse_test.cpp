@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/expect_error.hpp"
 #include "support/mla_reference.hpp"

@@ -9,8 +9,8 @@
 
 #include "attn/attn.hpp"
 #include "attn/numeric.hpp"
-#include "kernels/latent/mla_bf16.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_bf16.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "attn/attn.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "support/plant_nonfinite.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/mla_reference.hpp"

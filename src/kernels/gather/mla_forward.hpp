@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "attn/kv_cache.hpp"
-#include "kernels/latent/attend_tiles.hpp"
+#include "kernels/gather/attend_tiles.hpp"
 #include "attn/metadata.hpp"
 #include "attn/tensor.hpp"
 

@@ -1,12 +1,13 @@
 #pragma once
-/// AVX-512 vector traits for kernel_impl.hpp: 16 fp32 lanes, 16 accumulators per micro-tile.
-/// Included only by *.avx512.cpp files, inside the including file's ISA namespace.
+/// AVX-512 vector traits for cpu_flash's kernel (kernel_impl.hpp) and the MLA attend kernel: 16
+/// fp32 lanes, 16 accumulators per micro-tile. Included only by *.avx512.cpp files, inside the
+/// including file's ISA namespace.
 #include "cpu/x86_intrinsics.hpp"  // GCC 12's false uninitialized warnings off
 
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cpu_flash/kernel_args.hpp"
+#include "kernels/simd/kv_type.hpp"
 
 namespace attn::cpu_flash::ATTN_CF_NS {
 

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
-#include "kernels/latent/mla_avx512_math.hpp"
-#include "kernels/latent/mla_bf16.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_avx512_math.hpp"
+#include "kernels/gather/mla_bf16.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 
 namespace attn::mla {
 namespace bf16dot {

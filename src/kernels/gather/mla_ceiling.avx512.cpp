@@ -9,7 +9,7 @@
 #include <chrono>
 #include <vector>
 
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 
 namespace attn::mla {
 namespace {
@@ -51,7 +51,7 @@ double product_peak_gflops(Isa isa, int threads, int samples) {
 
 }  // namespace attn::mla
 #else
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 namespace attn::mla {
 double product_peak_gflops(Isa, int, int) { return 0; }
 }  // namespace attn::mla

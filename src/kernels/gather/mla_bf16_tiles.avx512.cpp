@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/latent/mla_bf16.hpp"
+#include "kernels/gather/mla_bf16.hpp"
 
 namespace attn::mla::bf16dot {
 namespace {

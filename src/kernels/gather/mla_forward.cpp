@@ -1,4 +1,4 @@
-#include "kernels/latent/mla_forward.hpp"
+#include "kernels/gather/mla_forward.hpp"
 
 #include <omp.h>
 
@@ -8,8 +8,8 @@
 
 #include "attn/error.hpp"
 #include "attn/numeric.hpp"
-#include "kernels/latent/attend_tiles.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/attend_tiles.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn::mla {

@@ -7,7 +7,7 @@
 #include <array>
 
 #include "attn/numeric.hpp"
-#include "kernels/latent/mla_bf16.hpp"
+#include "kernels/gather/mla_bf16.hpp"
 
 namespace attn::mla::bf16dot {
 

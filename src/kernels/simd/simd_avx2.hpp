@@ -1,12 +1,13 @@
 #pragma once
-/// AVX2+FMA vector traits for kernel_impl.hpp: 8 fp32 lanes, 8 accumulators per micro-tile
-/// (16 ymm registers in all). A head size that is not a multiple of 8 ends in a tail vector.
+/// AVX2+FMA vector traits for cpu_flash's kernel (kernel_impl.hpp): 8 fp32 lanes, 8 accumulators
+/// per micro-tile (16 ymm registers in all). A head size that is not a multiple of 8 ends in a
+/// tail vector.
 #include "cpu/x86_intrinsics.hpp"
 
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cpu_flash/kernel_args.hpp"
+#include "kernels/simd/kv_type.hpp"
 
 namespace attn::cpu_flash::ATTN_CF_NS {
 

@@ -1,4 +1,4 @@
-#include "kernels/latent/mla_expanded.hpp"
+#include "kernels/gather/mla_expanded.hpp"
 
 #include <omp.h>
 

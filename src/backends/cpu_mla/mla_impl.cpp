@@ -1,4 +1,4 @@
-#include "kernels/latent/mla_impl.hpp"
+#include "backends/cpu_mla/mla_impl.hpp"
 
 #include <cmath>
 

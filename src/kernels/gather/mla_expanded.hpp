@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/latent/mla_forward.hpp"
+#include "kernels/gather/mla_forward.hpp"
 
 namespace attn::mla {
 

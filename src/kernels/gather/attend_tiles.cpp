@@ -1,4 +1,4 @@
-#include "kernels/latent/attend_tiles.hpp"
+#include "kernels/gather/attend_tiles.hpp"
 
 #include <omp.h>
 
@@ -6,8 +6,8 @@
 #include <atomic>
 #include <cmath>
 
-#include "kernels/latent/mla_forward.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_forward.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn::mla {

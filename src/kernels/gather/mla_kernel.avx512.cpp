@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 #define ATTN_CF_NS mla_avx512
-#include "backends/cpu_flash/simd_avx512.hpp"
+#include "kernels/simd/simd_avx512.hpp"
 
 namespace attn::mla {
 namespace avx512 {
@@ -81,7 +81,7 @@ void axpy4(float* acc, const float* p, const float* k0, const float* k1, const f
   for (; d < n; ++d) acc[d] += p[0] * k0[d] + p[1] * k1[d] + p[2] * k2[d] + p[3] * k3[d];
 }
 
-#include "kernels/latent/mla_kernel.inl"
+#include "kernels/gather/mla_kernel.inl"
 
 }  // namespace avx512
 

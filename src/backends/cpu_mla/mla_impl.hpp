@@ -5,8 +5,8 @@
 #include <string>
 
 #include "attn/backend.hpp"
-#include "kernels/latent/mla_expanded.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_expanded.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 
 namespace attn::mla {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "attn/numeric.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 
 namespace attn::mla {
 namespace portable {
@@ -28,7 +28,7 @@ void axpy4(float* acc, const float* p, const float* k0, const float* k1, const f
   for (int d = 0; d < n; ++d) acc[d] += p[0] * k0[d] + p[1] * k1[d] + p[2] * k2[d] + p[3] * k3[d];
 }
 
-#include "kernels/latent/mla_kernel.inl"
+#include "kernels/gather/mla_kernel.inl"
 
 }  // namespace portable
 

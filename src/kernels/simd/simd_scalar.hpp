@@ -1,12 +1,12 @@
 #pragma once
-/// Portable traits for kernel_impl.hpp: one float per "vector", plain C++ (the compiler
-/// vectorizes what it can for the baseline ISA). Runs on any CPU, x86 or ARM.
+/// Portable traits for cpu_flash's kernel (kernel_impl.hpp): one float per "vector", plain C++
+/// (the compiler vectorizes what it can for the baseline ISA). Runs on any CPU, x86 or ARM.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "attn/numeric.hpp"
-#include "backends/cpu_flash/kernel_args.hpp"
+#include "kernels/simd/kv_type.hpp"
 
 namespace attn::cpu_flash::ATTN_CF_NS {
 

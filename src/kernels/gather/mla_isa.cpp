@@ -1,7 +1,7 @@
 // cpu_mla's attend kernel table over the CPU layer's builds (src/cpu/isa.hpp): amx >
 // avx512_bf16 > avx512 > generic, forced by ATTN_CPU_ISA.
 #include "attn/error.hpp"
-#include "kernels/latent/mla_kernel.hpp"
+#include "kernels/gather/mla_kernel.hpp"
 
 namespace attn::mla {
 namespace {
