@@ -50,7 +50,7 @@ class BlockSparseImpl final : public AttentionImpl {
     blocksparse::forward(shape_, pattern_, bp->tiles(), args.q, *args.cache, plan.metadata(), args.out, ws);
     return {variant_, {}};
   }
-  std::string variant() const override { return variant_ + " block-sparse"; }
+  std::string variant() const override { return variant_; }
 
  private:
   blocksparse::Shape shape_;
@@ -89,7 +89,7 @@ BackendDescriptor cpu_blocksparse_descriptor() {
   d.preferred_block_size = 16;
   d.kv_layout = KVLayout::NHD;
   d.extra_checks = [](const LayerConfig& c, const Platform&) { return pattern_checks(c); };
-  d.variant = [](const Platform& p, const LayerConfig&) { return mla::variant_for(p, /*latent=*/false) + " block-sparse"; };
+  d.variant = [](const Platform& p, const LayerConfig&) { return mla::variant_for(p, /*latent=*/false); };
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<BlockSparseImpl>(p); };
   return d;
 }

@@ -18,7 +18,6 @@ class SparseMlaImpl final : public MlaImpl {
  public:
   explicit SparseMlaImpl(const LayerParams& params) : MlaImpl(params, "cpu_sparse") {}
   RunResult run(const StepPlan& plan, const ForwardArgs& args) const override;
-  std::string variant() const override { return variant_ + " topk"; }
 };
 
 RunResult SparseMlaImpl::run(const StepPlan& plan, const ForwardArgs& args) const {
@@ -49,7 +48,7 @@ BackendDescriptor cpu_sparse_descriptor() {
       r.push_back({"index_topk", std::to_string(c.index_topk), "> 0 (top-k positions per query token)"});
     return r;
   };
-  d.variant = [](const Platform& p, const LayerConfig& c) { return mla::mla_variant_name(p, c) + " topk"; };
+  d.variant = [](const Platform& p, const LayerConfig& c) { return mla::mla_variant_name(p, c); };
   d.create = [](const LayerParams& p) -> std::unique_ptr<AttentionImpl> { return std::make_unique<mla::SparseMlaImpl>(p); };
   return d;
 }
