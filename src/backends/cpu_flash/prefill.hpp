@@ -8,6 +8,7 @@
 ///                                     once, shared by every query tile of the group
 ///   tile  (prefill_tile.avx512.cpp)   Q·Kᵀ + fused online softmax + P·V per query tile
 ///   amx   (prefill_amx.cpp)           the tile's two products on AMX, where the CPU has it
+///         (prefill_amx_tile.avx512.cpp) the AMX driver of one key tile, over those products
 ///   rates (prefill_rates.avx512.cpp)  bf16 dot vs fp32 FMA, measured once per process
 ///   run   (prefill_run.cpp)           packing on all threads, then a hook for the item loop
 ///

@@ -1,319 +1,19 @@
-// Prefill path, tile phase: one query tile (token-major rows: the GQA group's heads stacked per
-// token) against the packed 64-key tiles of its KV head. Per key tile:
-//   1. S = Q·Kᵀ for 4 rows × up to 64 keys in registers (16 accumulators), the whole d
-//      reduction in registers: a broadcast q pair (bf16) or element (fp32) per row, one
-//      unit-stride K vector per 16 keys, no horizontal sums.
-//   2. online softmax in the same registers: row max, exp2 with log2(e)·scale folded into one
-//      multiply, running sum as a 16-lane vector per row, P stored as bf16 (or fp32).
-//   3. O = O·alpha + P·V: 4 rows × 64 dims of O in registers over the tile's key pairs.
-// Key tiles outside every row's visible range are never visited (causal future, sliding
-// window); only 16-key vectors that some row sees are computed, and only micro-tiles crossing
-// a row's first or last visible key are masked.
-// On AMX (PackLayout::amx) steps 1 and 3 run on the tile unit for 16 rows × the whole 64-key
-// tile at a time (prefill_amx.cpp); step 2 reads S from memory, O is rescaled in memory.
+// Prefill path, tile phase (the pipeline: prefill_tile.hpp): the loop over an item's key tiles
+// on AVX-512, the AMX tiles handed to amx_key_tile, and the rows' normalization and store.
 #define ATTN_CF_NS prefill_avx512
-#include "backends/cpu_flash/simd_avx512.hpp"
-#include "attn/numeric.hpp"
-#include "backends/cpu_flash/head_sizes.hpp"
-#include "backends/cpu_flash/prefill.hpp"
-
-#include <algorithm>
-#include <array>
-#include <cmath>
-#include <limits>
-#include <vector>
-
-#include "attn/tensor.hpp"
+#include "backends/cpu_flash/prefill_tile.hpp"
 
 namespace attn::cpu_flash::prefill {
-namespace {
-
-/// Rows per micro-tile: 4 rows × 4 key vectors = 16 accumulators, leaving registers for the 4
-/// K vectors and the broadcasts (6 rows measured within noise, 2 rows clearly worse).
-constexpr int R = 4;
-/// Masked logits: finite, so `logit − max` stays finite and exp2 of it is exactly 0 (vscalefps
-/// of −1e30), with no −inf − −inf NaN and no dependence on FTZ.
-constexpr float kMasked = -1e30f;
-constexpr float kLog2e = 1.44269504088896341f;
+namespace tile {
 
 unsigned g_stage_mask = 0;
 
-/// 2^x. vreduceps gives f = x − floor(x) ∈ [0, 1), a degree-5 polynomial 2^f (relative error
-/// 9.5e-8, fitted on [0, 1) with the constant pinned to 1 so that 2^0 = 1 exactly: an unchanged
-/// row max rescales nothing), and vscalefps multiplies by 2^floor(x) of its own second operand:
-/// 7 ops, no range clamps (overflow → inf, underflow → 0).
-inline __m512 exp2v(__m512 x) {
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(0.0018671303987503052f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009017028845846653f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05579991266131401f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24016444385051727f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931512951850891f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, x);
-}
-
-/// Per-thread tile state, grown on demand and reused across items and calls.
-struct Scratch {
-  std::vector<float> o, lsum, qf, pf, m2, alpha, s;
-  std::vector<uint16_t> qb, pb, vclean;
-  std::vector<int32_t> lo, hi;
-};
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
 }
 
-/// What the micro-kernels of one item share.
-struct Ctx {
-  const uint16_t* qb;  // [rows][d] bf16 (bf16 tiles)
-  const float* qf;     // [rows][d] fp32 (fp32 tiles)
-  int d, dvp;
-  uint16_t* pb;        // [rows][64] P as bf16
-  float* pf;           // [rows][64] P as fp32
-  float* o;            // [rows][dvp]
-  float* lsum;         // [rows][16] running sums, 16 lanes per row
-  float* m2;           // [rows] running max of logit·log2(e)
-  float* alpha;        // [rows] rescale of O for this tile
-  const int32_t* lo;   // [rows] first visible key
-  const int32_t* hi;   // [rows] last visible key
-  float c;             // scale·k_scale·log2(e)
-  const float* ks = nullptr;  // per-token-head bf16 tiles: this tile's 64 K scales (scores) ...
-  const float* vs = nullptr;  // ... and V scales (P before its bf16 rounding); null otherwise
-  const float* s = nullptr;   // AMX: [rows][64] the tile's scores, computed on the tile unit
-  float cap_in, cap_out;  // soft-cap: exp2 argument factor and cap·log2(e)
-};
-
-/// S for rows r0..r0+3 and key vectors j0..j0+NV−1 of the tile, then the softmax step.
-template <bool Bf16, int NV, bool Mask, bool Cap, bool FromS = false>
-void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) {
-  __m512 acc[R][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) acc[r][v] = FromS ? _mm512_loadu_ps(cx.s + (r0 + r) * kTileKeys + (j0 + v) * 16) : _mm512_setzero_ps();
-  if (!FromS && !(g_stage_mask & kSkipQk)) {
-    if constexpr (Bf16) {
-      const uint32_t* q = reinterpret_cast<const uint32_t*>(cx.qb) + int64_t(r0) * (cx.d / 2);
-      const __m512i* kt = reinterpret_cast<const __m512i*>(ktile) + j0;
-      const int pairs = cx.d / 2, ldq = cx.d / 2;
-#pragma GCC unroll 2
-      for (int i = 0; i < pairs; ++i) {
-        __m512i kv[NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) kv[v] = _mm512_load_si512(kt + i * 4 + v);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512bh qp = (__m512bh)_mm512_set1_epi32(int(q[r * ldq + i]));
-#pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qp, (__m512bh)kv[v]);
-        }
-      }
-    } else {
-      const float* q = cx.qf + int64_t(r0) * cx.d;
-      const float* kt = reinterpret_cast<const float*>(ktile) + j0 * 16;
-#pragma GCC unroll 2
-      for (int x = 0; x < cx.d; ++x) {
-        __m512 kv[NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) kv[v] = _mm512_load_ps(kt + x * kTileKeys + v * 16);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512 qx = _mm512_set1_ps(q[r * cx.d + x]);
-#pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(qx, kv[v], acc[r][v]);
-        }
-      }
-    }
-  }
-
-  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  __m512 mx[R];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    const int row = r0 + r;
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      __m512& t = acc[r][v];  // scores become logits·log2(e) in place
-      if (cx.ks) t = _mm512_mul_ps(t, _mm512_load_ps(cx.ks + (j0 + v) * 16));  // the keys' slot scales
-      if constexpr (Cap) {  // cap·tanh(s·scale/cap) = cap·(1 − 2/(e^{2s·scale/cap} + 1)), times log2(e)
-        const __m512 e = exp2v(_mm512_mul_ps(t, _mm512_set1_ps(cx.cap_in)));
-        const __m512 co = _mm512_set1_ps(cx.cap_out);
-        t = _mm512_sub_ps(co, _mm512_div_ps(_mm512_add_ps(co, co), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
-      } else {
-        t = _mm512_mul_ps(t, _mm512_set1_ps(cx.c));
-      }
-      if constexpr (Mask) {
-        const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(key0 + (j0 + v) * 16), iota);
-        const __mmask16 ok = _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(cx.lo[row]), _MM_CMPINT_NLT) &
-                             _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(cx.hi[row]), _MM_CMPINT_LE);
-        t = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), ok, t);
-      }
-    }
-    mx[r] = acc[r][0];
-#pragma GCC unroll 16
-    for (int v = 1; v < NV; ++v) mx[r] = _mm512_max_ps(mx[r], acc[r][v]);
-  }
-  if (g_stage_mask & kSkipSoftmax) {  // measurement only: scores straight to P
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      cx.alpha[r0 + r] = 1.0f;
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) {
-        if constexpr (Bf16)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(cx.pb + (r0 + r) * kTileKeys + (j0 + v) * 16),
-                              (__m256i)_mm512_cvtneps_pbh(acc[r][v]));
-        else
-          _mm512_storeu_ps(cx.pf + (r0 + r) * kTileKeys + (j0 + v) * 16, acc[r][v]);
-      }
-    }
-    return;
-  }
-  // The 4 row maxima at once (transpose-reduce: 13 ops instead of 4 horizontal reductions),
-  // then the running max, alpha and the subtrahend vectorized over the rows.
-  static_assert(R == 4);
-  const __m512 x01 = _mm512_max_ps(_mm512_unpacklo_ps(mx[0], mx[1]), _mm512_unpackhi_ps(mx[0], mx[1]));
-  const __m512 x23 = _mm512_max_ps(_mm512_unpacklo_ps(mx[2], mx[3]), _mm512_unpackhi_ps(mx[2], mx[3]));
-  __m512 z = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x01), _mm512_castps_pd(x23))),
-                           _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x01), _mm512_castps_pd(x23))));
-  z = _mm512_max_ps(z, _mm512_shuffle_f32x4(z, z, 0xb1));
-  z = _mm512_max_ps(z, _mm512_shuffle_f32x4(z, z, 0x4e));
-  const __m128 m_old = _mm_loadu_ps(cx.m2 + r0);
-  const __m128 m_new = _mm_max_ps(m_old, _mm512_castps512_ps128(z));
-  // A row that has seen nothing yet keeps weight 0: subtracting +1e30 sends its −1e30 logits
-  // to exactly 0, and its alpha is 2^0 = 1 (m_old = m_new = −1e30), all without a branch.
-  const __m128 dead = _mm_cmp_ps(m_new, _mm_set1_ps(0.5f * kMasked), _CMP_LE_OQ);
-  alignas(16) float sub[R], al[R];
-  _mm_store_ps(sub, _mm_blendv_ps(m_new, _mm_set1_ps(-kMasked), dead));
-  _mm_store_ps(al, _mm512_castps512_ps128(exp2v(_mm512_zextps128_ps512(_mm_sub_ps(m_old, m_new)))));
-  _mm_storeu_ps(cx.m2 + r0, m_new);
-  _mm_storeu_ps(cx.alpha + r0, _mm_load_ps(al));
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    const int row = r0 + r;
-    const __m512 mv = _mm512_set1_ps(sub[r]);
-    __m512 p[NV];
-    __m512 sum = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) p[v] = exp2v(_mm512_sub_ps(acc[r][v], mv));
-    if constexpr (Bf16) {
-      // P·V multiplies P rounded to bf16, so the row sum adds the rounded values too: the weights
-      // then sum to one exactly as used (a common offset in V passes through unchanged).
-      uint16_t* pr = cx.pb + row * kTileKeys + j0 * 16;
-      if (cx.vs) {  // per-token-head: P·V takes P·(V scale) in bf16, the row sum P itself
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) {
-          const __m512 w = _mm512_mul_ps(p[v], _mm512_load_ps(cx.vs + (j0 + v) * 16));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), (__m256i)_mm512_cvtneps_pbh(w));
-          sum = _mm512_add_ps(sum, p[v]);
-        }
-        float* ls = cx.lsum + row * 16;
-        _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(al[r]), sum));
-        continue;
-      }
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) {
-        const __m256i b = (__m256i)_mm512_cvtneps_pbh(p[v]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + v * 16), b);
-        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-      }
-    } else {
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) {
-        _mm512_storeu_ps(cx.pf + row * kTileKeys + (j0 + v) * 16, p[v]);
-        sum = _mm512_add_ps(sum, p[v]);
-      }
-    }
-    float* ls = cx.lsum + row * 16;
-    _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(al[r]), sum));
-  }
-}
-
-/// O[rows r0..r0+3, dim vectors c0..c0+C−1] = O·alpha + P·V over keys [k0, k1) of the tile (k0, k1 even).
-template <bool Bf16, int C>
-void pv(const Ctx& cx, int r0, const char* vtile, int c0, int k0, int k1) {
-  __m512 acc[R][C];
-  // Once the row maxima settle, alpha is exactly 1 for most tiles: skip the multiplies, which
-  // compete with the dot products for the same ports.
-  const bool rescale = _mm_movemask_ps(_mm_cmpneq_ps(_mm_loadu_ps(cx.alpha + r0), _mm_set1_ps(1.0f))) != 0;
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    const __m512 al = _mm512_set1_ps(cx.alpha[r0 + r]);
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      acc[r][c] = _mm512_loadu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16);
-      if (rescale) acc[r][c] = _mm512_mul_ps(acc[r][c], al);
-    }
-  }
-  if (!(g_stage_mask & kSkipPv)) {
-    if constexpr (Bf16) {
-      const int nvd = cx.dvp / 16;
-      const __m512i* vt = reinterpret_cast<const __m512i*>(vtile) + c0;
-      const uint32_t* p = reinterpret_cast<const uint32_t*>(cx.pb) + r0 * (kTileKeys / 2);
-#pragma GCC unroll 2
-      for (int kp = k0 / 2; kp < k1 / 2; ++kp) {
-        __m512i vv[C];
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) vv[c] = _mm512_load_si512(vt + kp * nvd + c);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512bh pp = (__m512bh)_mm512_set1_epi32(int(p[r * (kTileKeys / 2) + kp]));
-#pragma GCC unroll 16
-          for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pp, (__m512bh)vv[c]);
-        }
-      }
-    } else {
-      const float* vt = reinterpret_cast<const float*>(vtile) + c0 * 16;
-      const float* p = cx.pf + r0 * kTileKeys;
-#pragma GCC unroll 2
-      for (int k = k0; k < k1; ++k) {
-        __m512 vv[C];
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) vv[c] = _mm512_load_ps(vt + k * cx.dvp + c * 16);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512 pk = _mm512_set1_ps(p[r * kTileKeys + k]);
-#pragma GCC unroll 16
-          for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(pk, vv[c], acc[r][c]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(cx.o + (r0 + r) * cx.dvp + (c0 + c) * 16, acc[r][c]);
-}
-
-/// pv for a partly masked micro-tile whose V tile holds a NaN or an infinity: each row adds only
-/// the keys it sees, so a masked key's 0 weight never meets its non-finite value. Never taken
-/// on finite caches; written for clarity, not speed.
-template <bool Bf16>
-void pv_guarded(const Ctx& cx, int r0, const char* vtile, int32_t key0, int k0, int k1) {
-  for (int r = r0; r < r0 + R; ++r) {
-    float* o = cx.o + r * cx.dvp;
-    if (cx.alpha[r] != 1.0f)
-      for (int x = 0; x < cx.dvp; ++x) o[x] *= cx.alpha[r];
-    const int kb = std::max(k0, cx.lo[r] - key0), ke = std::min(k1, cx.hi[r] - key0 + 1);
-    if constexpr (Bf16) {
-      // Key pairs in the order vdpbf16ps adds them, the odd key first, so a row sums exactly
-      // as on the unguarded path (a bf16 product is exact in fp32: only the order of adds rounds).
-      const uint16_t* vt = reinterpret_cast<const uint16_t*>(vtile);
-      for (int kp = k0 / 2; kp < k1 / 2; ++kp)
-        for (int k : {2 * kp + 1, 2 * kp}) {
-          if (k < kb || k >= ke) continue;
-          const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
-          for (int x = 0; x < cx.dvp; ++x) o[x] += p * bf16_to_f32(vt[2 * (int64_t(kp) * cx.dvp + x) + (k & 1)]);
-        }
-    } else {
-      const float* vt = reinterpret_cast<const float*>(vtile);
-      for (int k = kb; k < ke; ++k) {
-        const float p = cx.pf[r * kTileKeys + k];
-        for (int x = 0; x < cx.dvp; ++x) o[x] += p * vt[int64_t(k) * cx.dvp + x];
-      }
-    }
-  }
-}
+namespace {
 
 /// Normalizes and writes the item's rows: the sink as one more logit in the denominator, 1/l,
 /// the V scale; vectorized, since with short windows (gpt-oss: 128 keys) a scalar row store
@@ -351,7 +51,6 @@ void store_rows(const KernelArgs& a, const Ctx& cx, int rows, int64_t tok0, int 
   }
 }
 
-using QkFn = void (*)(const Ctx&, int, const char*, int, int32_t);
 using PvFn = void (*)(const Ctx&, int, const char*, int, int, int);
 
 /// [bf16][cap][mask][NV − 1]
@@ -363,95 +62,6 @@ constexpr std::array<QkFn, 4> qk_row() {
 template <bool Bf16>
 constexpr std::array<PvFn, 4> pv_row() {
   return {&pv<Bf16, 1>, &pv<Bf16, 2>, &pv<Bf16, 3>, &pv<Bf16, 4>};
-}
-
-/// AMX P·V for a V tile holding inf / NaN: the tile product runs on a copy with those values
-/// zeroed (so rows that do not see their keys add exact zeros, as with finite values), then each
-/// row adds p · value for the ones it sees, as the reference does.
-void pv_amx_nonfinite(const Ctx& cx, int g0, int rows, const char* vtile, int32_t key0, uint16_t* clean) {
-  const auto* v = reinterpret_cast<const uint16_t*>(vtile);
-  const int64_t n = int64_t(kTileKeys) * cx.dvp;
-  for (int64_t i = 0; i < n; ++i) clean[i] = bf16_nonfinite(v[i]) ? uint16_t(0) : v[i];
-  amx_pv(cx.pb + g0 * kTileKeys, reinterpret_cast<const char*>(clean), cx.dvp, cx.o + int64_t(g0) * cx.dvp);
-  for (int r = g0; r < std::min(g0 + 16, rows); ++r) {
-    const int kb = std::max(0, cx.lo[r] - key0), ke = std::min(kTileKeys, cx.hi[r] - key0 + 1);
-    for (int k = kb; k < ke; ++k) {
-      const float p = bf16_to_f32(cx.pb[r * kTileKeys + k]);
-      for (int x = 0; x < cx.dvp; ++x) {
-        const uint16_t b = v[2 * (int64_t(k / 2) * cx.dvp + x) + (k & 1)];
-        if (bf16_nonfinite(b)) cx.o[int64_t(r) * cx.dvp + x] += p * bf16_to_f32(b);
-      }
-    }
-  }
-}
-
-/// One key tile on AMX for the 16-row groups that see some of it, two groups at a time where both
-/// do (each K / V tile load then serves 32 rows): S on the tile unit, the softmax step per 4-row
-/// micro-tile over the whole tile, O rescaled in memory, P·V on the unit. Software-pipelined one
-/// unit deep: the next unit's S is issued to the tile unit before this unit's softmax, so the
-/// unit computes it while the vector units run the softmax (the two phases of one unit depend on
-/// each other; those of neighbouring units do not).
-void amx_key_tile(const KernelArgs& a, const PackLayout& L, const Ctx& cx, Scratch& sc, int rows, int rp, const char* kt,
-                  const char* vt, int32_t key0) {
-  static constexpr std::array<std::array<QkFn, 2>, 2> kQkS = {{
-      {{&qk_softmax<true, 4, false, false, true>, &qk_softmax<true, 4, true, false, true>}},
-      {{&qk_softmax<true, 4, false, true, true>, &qk_softmax<true, 4, true, true, true>}},
-  }};
-  const bool cap = a.soft_cap > 0, nonfinite_v = vt[L.v_tile_bytes - kVFlagBytes] != 0;
-  const int32_t last = key0 + kTileKeys - 1;
-  // Rows grow in position: a group's last row sees the furthest, its first the earliest.
-  const auto sees = [&](int g0) { return g0 < rp && sc.hi[std::size_t(g0 + 15)] >= key0 && sc.lo[std::size_t(g0)] <= last; };
-  struct Unit {
-    int g0 = 0, groups = 0;  // first row, 16-row groups (0: none left)
-  };
-  // The next unit from the 32-row slot u0 on: both of its groups where both see the tile, else
-  // the one that does.
-  const auto next_unit = [&](int u0) {
-    for (; u0 < rp; u0 += 32) {
-      const bool a0 = sees(u0), a1 = sees(u0 + 16);
-      if (a0 || a1) return Unit{a0 ? u0 : u0 + 16, a0 && a1 ? 2 : 1};
-    }
-    return Unit{};
-  };
-  const auto slot_after = [](const Unit& u) { return (u.g0 / 32 + 1) * 32; };
-  const auto scores = [&](const Unit& u) {
-    if (g_stage_mask & kSkipQk) return;
-    float* s = sc.s.data() + int64_t(u.g0) * kTileKeys;
-    if (u.groups == 2)
-      amx_scores_pair(cx.qb + int64_t(u.g0) * cx.d, cx.d, kt, s);
-    else
-      amx_scores(cx.qb + int64_t(u.g0) * cx.d, cx.d, kt, s);
-  };
-  Unit u = next_unit(0);
-  if (u.groups) scores(u);
-  while (u.groups) {
-    const Unit n = next_unit(slot_after(u));
-    if (n.groups) scores(n);
-    const int end = u.g0 + 16 * u.groups;
-    for (int r0 = u.g0; r0 < end; r0 += R) {
-      const bool mask = sc.hi[std::size_t(r0)] < last || sc.lo[std::size_t(r0 + R - 1)] > key0;
-      kQkS[cap][mask](cx, r0, kt, 0, key0);
-    }
-    if (nonfinite_v && L.token) {  // a NaN V scale makes P itself NaN for masked keys: skip them per row
-      for (int r0 = u.g0; r0 < end; r0 += R) pv_guarded<true>(cx, r0, vt, key0, 0, kTileKeys);
-    } else {
-      for (int r = u.g0; r < end; ++r) {
-        if (cx.alpha[r] == 1.0f) continue;
-        const __m512 al = _mm512_set1_ps(cx.alpha[r]);
-        float* o = cx.o + int64_t(r) * cx.dvp;
-        for (int x = 0; x < cx.dvp; x += 16) _mm512_storeu_ps(o + x, _mm512_mul_ps(_mm512_loadu_ps(o + x), al));
-      }
-      if (g_stage_mask & kSkipPv) {
-      } else if (nonfinite_v) {
-        for (int g0 = u.g0; g0 < end; g0 += 16) pv_amx_nonfinite(cx, g0, rows, vt, key0, sc.vclean.data());
-      } else if (u.groups == 2) {
-        amx_pv_pair(cx.pb + u.g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(u.g0) * cx.dvp);
-      } else {
-        amx_pv(cx.pb + u.g0 * kTileKeys, vt, cx.dvp, cx.o + int64_t(u.g0) * cx.dvp);
-      }
-    }
-    u = n;
-  }
 }
 
 template <bool Bf16>
@@ -565,19 +175,20 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
 }
 
 }  // namespace
+}  // namespace tile
 
 void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkItem& it, const char* buf) {
   if (layout.bf16)
-    run<true>(a, layout, it, buf);
+    tile::run<true>(a, layout, it, buf);
   else
-    run<false>(a, layout, it, buf);
+    tile::run<false>(a, layout, it, buf);
 }
 
 void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& L, int rows) {
   // What run() sizes for an item of `rows` rows (R rows per micro-tile, 16 per AMX group).
-  const int row_block = L.amx ? 16 : R;
+  const int row_block = L.amx ? 16 : tile::R;
   const std::size_t rp = std::size_t((rows + row_block - 1) / row_block * row_block), d = std::size_t(a.head_size);
-  Scratch& sc = scratch();
+  tile::Scratch& sc = tile::scratch();
   sc.o.reserve(rp * std::size_t(L.dv_pad)), sc.lsum.reserve(rp * 16);
   sc.m2.reserve(rp), sc.alpha.reserve(rp), sc.lo.reserve(rp), sc.hi.reserve(rp);
   if (L.bf16)
@@ -587,7 +198,7 @@ void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& L, int r
     sc.qf.reserve(rp * d), sc.pf.reserve(rp * kTileKeys);
 }
 
-void set_stage_mask_for_measurement(unsigned mask) { g_stage_mask = mask; }
-unsigned stage_mask_for_measurement() { return g_stage_mask; }
+void set_stage_mask_for_measurement(unsigned mask) { tile::g_stage_mask = mask; }
+unsigned stage_mask_for_measurement() { return tile::g_stage_mask; }
 
 }  // namespace attn::cpu_flash::prefill
