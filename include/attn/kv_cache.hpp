@@ -24,7 +24,9 @@ namespace attn {
 /// V[t/2][d][2] (a line = 2 keys × 16 dims); fp8 caches use the same element order. Needs even
 /// head sizes and a block size that is a multiple of 16 (layout_fits_sizes).
 enum class KVLayout : uint8_t { NHD, HND, MLA, HND_PAIRS };
+inline constexpr KVLayout kLastKVLayout = KVLayout::HND_PAIRS;  // the name table is checked against it
 std::string_view to_string(KVLayout l);
+KVLayout parse_kv_layout(std::string_view name);  // "NHD", "HND", "MLA", "HND_PAIRS"
 
 struct KVCacheSpec;
 /// Whether `spec`'s sizes can hold its layout: HND_PAIRS needs an even head size and V width and

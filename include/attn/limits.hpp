@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 
 namespace attn::limits {
 
@@ -37,15 +38,15 @@ namespace attn {
 
 /// Range checks against the limits above, for every place a caller's number becomes a size:
 /// errors name `name`, the value and the accepted range.
-int32_t check_threads(const std::string& name, int64_t value);  // 0..kMaxThreads, 0 = all cores
+int32_t check_threads(std::string_view name, int64_t value);  // 0..kMaxThreads, 0 = all cores
 /// The threads a parallel region runs with for a request of `requested`: > 0 as given, 0 the
 /// OpenMP default (OMP_NUM_THREADS, else the cores); both clamped to [1, kMaxThreads], since an
 /// OpenMP runtime asked for more threads than it can start crashes. The rule of every attn kernel.
 int team_size(int requested = 0);
-int32_t check_head_size(const std::string& name, int64_t value, int64_t lo = 1);
-int32_t check_heads(const std::string& name, int64_t value);
-int32_t check_block_size(const std::string& name, int64_t value);
-int32_t check_num_blocks(const std::string& name, int64_t value);
+int32_t check_head_size(std::string_view name, int64_t value, int64_t lo = 1);
+int32_t check_heads(std::string_view name, int64_t value);
+int32_t check_block_size(std::string_view name, int64_t value);
+int32_t check_num_blocks(std::string_view name, int64_t value);
 
 struct MemoryBudget {
   uint64_t bytes = 0;

@@ -10,6 +10,7 @@
 namespace attn {
 
 enum class LayerKind : uint8_t { attention, mixer };
+inline constexpr LayerKind kLastLayerKind = LayerKind::mixer;  // the name table is checked against it
 std::string_view to_string(LayerKind k);  // "attention" / "mixer"
 
 struct ModelLayer {

@@ -47,7 +47,9 @@ class Workspace {
 /// The form an MLA layer runs in; q and out are shaped for it. StepPlan::preferred_mla_form says
 /// which needs fewer FLOPs for the step (expanded needs the layer's up-projections).
 enum class MlaForm : uint8_t { absorbed, expanded };
+inline constexpr MlaForm kLastMlaForm = MlaForm::expanded;  // the name table is checked against it
 std::string_view to_string(MlaForm f);
+MlaForm parse_mla_form(std::string_view name);  // "absorbed" / "expanded"
 
 /// Everything one layer's run reads and writes. Views only: nothing is copied or kept.
 struct ForwardArgs {

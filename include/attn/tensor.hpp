@@ -12,6 +12,7 @@
 namespace attn {
 
 enum class DeviceKind : uint8_t { cpu, cuda };
+inline constexpr DeviceKind kLastDeviceKind = DeviceKind::cuda;  // the name table is checked against it
 std::string_view to_string(DeviceKind d);  // "cpu" / "cuda"
 
 struct TensorView {

@@ -103,11 +103,7 @@ KVCacheDType kv_cache_dtype_from_py(nb::handle h) {
   return parse_kv_cache_dtype(to_string(dtype_from_py(h)));
 }
 
-KVLayout kv_layout_from_name(const std::string& layout) {
-  for (KVLayout l : {KVLayout::NHD, KVLayout::HND, KVLayout::HND_PAIRS, KVLayout::MLA})
-    if (layout == to_string(l)) return l;
-  throw Error("layout='" + layout + "' invalid: expected one of NHD, HND, HND_PAIRS, MLA");
-}
+KVLayout kv_layout_from_name(const std::string& layout) { return parse_kv_layout(layout); }
 
 Platform platform_from_py(nb::handle h) {
   if (h.is_none()) return detect_cpu();

@@ -78,7 +78,7 @@ def test_engine_owned_cache_is_validated():
         attn.KVCache.from_dlpack(np.zeros((6, 2, 16, 64, 2), np.float32).swapaxes(3, 4))
     with pytest.raises(TypeError, match=r"tensor.dtype=int32 invalid: expected a cache dtype"):
         attn.KVCache.from_dlpack(np.zeros((6, 2, 16, 2, 64), np.int32))
-    with pytest.raises(attn.Error, match="layout='XYZ' invalid"):
+    with pytest.raises(attn.Error, match="Invalid layout: 'XYZ'. Valid values are: NHD, HND, MLA, HND_PAIRS"):
         attn.KVCache.from_dlpack(np.zeros((6, 2, 16, 2, 64), np.float32), layout="XYZ")
     with pytest.raises(attn.Error, match="external storage address=.* invalid: expected a multiple of 64 bytes"):
         attn.KVCache.from_dlpack(aligned_zeros((2 * 2 * 16 * 2 * 64 + 8,), np.float32)[8:].reshape(2, 2, 16, 2, 64))

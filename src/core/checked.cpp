@@ -20,18 +20,18 @@ std::string expression(Operands operands, const char* op) {
   return s;
 }
 
-std::string expectation(int64_t limit, const std::string& why) {
-  return "at most " + std::to_string(limit) + (why.empty() ? "" : " (" + why + ")");
+std::string expectation(int64_t limit, std::string_view why) {
+  return "at most " + std::to_string(limit) + (why.empty() ? "" : " (" + std::string(why) + ")");
 }
 
 // Shared by product and sum: folds the operands with `step` (a __builtin_*_overflow), then
 // reports the whole expression, so the caller's message shows every number that went into it.
 template <typename Step>
-int64_t fold(const std::string& name, Operands operands, const char* op, int64_t identity,
-             int64_t limit, const std::string& why, Step step) {
+int64_t fold(std::string_view name, Operands operands, const char* op, int64_t identity,
+             int64_t limit, std::string_view why, Step step) {
   const bool single = operands.size() == 1;
   for (int64_t v : operands) {
-    if (v < 0) throw Error(name + "=" + expression(operands, op) + " invalid: expected non-negative operands");
+    if (v < 0) throw Error(std::string(name) + "=" + expression(operands, op) + " invalid: expected non-negative operands");
   }
   int64_t acc = identity;
   bool overflow = false;
@@ -39,7 +39,7 @@ int64_t fold(const std::string& name, Operands operands, const char* op, int64_t
   if (overflow || acc > limit) {
     const std::string value = single ? std::to_string(acc)
                                      : expression(operands, op) + (overflow ? " (beyond 64 bits)" : " = " + std::to_string(acc));
-    throw Error(name + "=" + value + " invalid: expected " + expectation(limit, why));
+    throw Error(std::string(name) + "=" + value + " invalid: expected " + expectation(limit, why));
   }
   return acc;
 }
@@ -48,26 +48,26 @@ bool multiply(int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(
 
 }  // namespace
 
-int64_t checked_product(const std::string& name, std::initializer_list<int64_t> factors, int64_t limit,
-                        const std::string& why) {
+int64_t checked_product(std::string_view name, std::initializer_list<int64_t> factors, int64_t limit,
+                        std::string_view why) {
   return fold(name, {factors.begin(), factors.end()}, " * ", 1, limit, why, multiply);
 }
 
-int64_t checked_product(const std::string& name, const std::vector<int64_t>& factors, int64_t limit, const std::string& why) {
+int64_t checked_product(std::string_view name, const std::vector<int64_t>& factors, int64_t limit, std::string_view why) {
   return fold(name, {factors.data(), factors.data() + factors.size()}, " * ", 1, limit, why, multiply);
 }
 
-int64_t checked_sum(const std::string& name, std::initializer_list<int64_t> terms, int64_t limit, const std::string& why) {
+int64_t checked_sum(std::string_view name, std::initializer_list<int64_t> terms, int64_t limit, std::string_view why) {
   return fold(name, {terms.begin(), terms.end()}, " + ", 0, limit, why,
               [](int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); });
 }
 
-int64_t check_range(const std::string& name, int64_t value, int64_t lo, int64_t hi, const std::string& why) {
+int64_t check_range(std::string_view name, int64_t value, int64_t lo, int64_t hi, std::string_view why) {
   if (value < lo || value > hi) {
     // "> 0" reads better than ">= 1" and is how every other size check in attn words it.
     const std::string low = lo == 1 ? "> 0" : ">= " + std::to_string(lo);
-    throw Error(name + "=" + std::to_string(value) + " invalid: expected " + low + " and <= " + std::to_string(hi) +
-                (why.empty() ? "" : " (" + why + ")"));
+    throw Error(std::string(name) + "=" + std::to_string(value) + " invalid: expected " + low + " and <= " + std::to_string(hi) +
+                (why.empty() ? "" : " (" + std::string(why) + ")"));
   }
   return value;
 }

@@ -4,6 +4,7 @@
 
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
+#include "core/names.hpp"
 
 namespace attn {
 
@@ -25,13 +26,13 @@ void Workspace::reserve(std::size_t bytes) {
   buffer_ = Buffer(DType::int8, {int64_t(rounded)});
 }
 
-std::string_view to_string(MlaForm f) {
-  switch (f) {
-    case MlaForm::absorbed: return "absorbed";
-    case MlaForm::expanded: return "expanded";
-  }
-  return "?";
-}
+namespace {
+constexpr detail::NameArray<MlaForm, 2> kMlaFormNames = {{{MlaForm::absorbed, "absorbed"}, {MlaForm::expanded, "expanded"}}};
+static_assert(detail::covers_enum(kMlaFormNames, kLastMlaForm));
+}  // namespace
+
+std::string_view to_string(MlaForm f) { return detail::name_of(kMlaFormNames, f); }
+MlaForm parse_mla_form(std::string_view name) { return detail::parse_name(kMlaFormNames, name, "mla_form"); }
 
 std::string StepPlan::to_string() const {
   return backend_ + " plan: " + md_.to_string() + ", cache " + cache_.to_string() +

@@ -10,19 +10,14 @@
 #include "attn/checked.hpp"
 #include "attn/error.hpp"
 #include "attn/numeric.hpp"
+#include "core/names.hpp"
 
 namespace attn {
 
-// Switches without a default: a new enumerator without its name fails the build (-Wswitch).
-std::string_view to_string(DeviceKind d) {
-  switch (d) {
-    case DeviceKind::cpu: return "cpu";
-    case DeviceKind::cuda: return "cuda";
-  }
-  return "?";
-}
-
 namespace {
+
+constexpr detail::NameArray<DeviceKind, 2> kDeviceKindNames = {{{DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
+static_assert(detail::covers_enum(kDeviceKindNames, kLastDeviceKind));
 
 // Large buffers (KV caches) come from the kernel as zero pages mapped on first touch, so a cache
 // sized for the worst case costs only what is written; small ones are cheaper from the heap.
@@ -63,6 +58,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+std::string_view to_string(DeviceKind d) { return detail::name_of(kDeviceKindNames, d); }
 
 TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<int64_t>& shape) {
   TensorView t;

@@ -10,6 +10,7 @@
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
 #include "attn/numeric.hpp"
+#include "core/names.hpp"
 #include "cpu/threads.hpp"
 #include "kv/store_run.hpp"
 #include "kv/kv_entry.hpp"
@@ -18,15 +19,14 @@ namespace attn {
 using kv::entry_width;
 using kv::is_ds_mla;
 
-std::string_view to_string(KVLayout l) {
-  switch (l) {
-    case KVLayout::NHD: return "NHD";
-    case KVLayout::HND: return "HND";
-    case KVLayout::MLA: return "MLA";
-    case KVLayout::HND_PAIRS: return "HND_PAIRS";
-  }
-  return "?";
-}
+namespace {
+constexpr detail::NameArray<KVLayout, 4> kKVLayoutNames = {
+    {{KVLayout::NHD, "NHD"}, {KVLayout::HND, "HND"}, {KVLayout::MLA, "MLA"}, {KVLayout::HND_PAIRS, "HND_PAIRS"}}};
+static_assert(detail::covers_enum(kKVLayoutNames, kLastKVLayout));
+}  // namespace
+
+std::string_view to_string(KVLayout l) { return detail::name_of(kKVLayoutNames, l); }
+KVLayout parse_kv_layout(std::string_view name) { return detail::parse_name(kKVLayoutNames, name, "layout"); }
 
 void KVCache::init_scales() {
   k_scales_.assign(std::size_t(spec_.num_kv_heads), 1.0f);

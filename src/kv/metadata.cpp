@@ -51,9 +51,13 @@ BatchMetadata BatchMetadata::build(const std::vector<SequenceSpec>& seqs, int32_
     const SequenceSpec& q = seqs[s];
     ATTN_REQUIRE(q.context_len >= 0, seq_arg(int(s), "context_len"), q.context_len, ">= 0");
     ATTN_REQUIRE(q.query_len >= 0, seq_arg(int(s), "query_len"), q.query_len, ">= 0");
-    // Checked: a wrapped sum goes negative, needs no blocks and lets the copy below read past block_ids.
-    const int64_t len = checked_sum(seq_arg(int(s), "context_len + query_len"), {q.context_len, q.query_len},
-                                    limits::kMaxSeqLen, "tokens of one sequence");
+    // Checked: a wrapped sum goes negative, needs no blocks and lets the copy below read past
+    // block_ids. Both terms are >= 0, so the test below cannot wrap; checked_sum runs only to
+    // report a sum out of range, naming the sequence.
+    const bool fits = q.context_len <= limits::kMaxSeqLen && q.query_len <= limits::kMaxSeqLen - q.context_len;
+    const int64_t len = fits ? q.context_len + q.query_len
+                             : checked_sum(seq_arg(int(s), "context_len + query_len"), {q.context_len, q.query_len},
+                                           limits::kMaxSeqLen, "tokens of one sequence");
     const int64_t need = blocks_needed(len, block_size);
     ATTN_REQUIRE(int64_t(q.block_ids.size()) >= need, seq_arg(int(s), "block_ids.size()"), q.block_ids.size(),
             ">= " + std::to_string(need) + " blocks for " + std::to_string(len) + " tokens of block_size " + std::to_string(block_size));
@@ -115,13 +119,12 @@ void BatchMetadata::validate(int32_t num_blocks, int32_t cache_block_size) const
             query_start_loc[i], "non-decreasing (>= " + std::to_string(query_start_loc[i - 1]) + ")");
   int32_t max_q = 0, max_s = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    const std::string index = std::to_string(s);
-    const std::string at = "[" + index + "]";
-    ATTN_REQUIRE(seq_lens[s] >= 0, "metadata.seq_lens" + at, seq_lens[s], ">= 0");
-    ATTN_REQUIRE(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at, seq_lens[s],
+    const auto at = [s] { return std::string("[") + std::to_string(s) + "]"; };  // built only for a failing check
+    ATTN_REQUIRE(seq_lens[s] >= 0, "metadata.seq_lens" + at(), seq_lens[s], ">= 0");
+    ATTN_REQUIRE(seq_lens[s] >= query_len(s), "metadata.seq_lens" + at(), seq_lens[s],
             ">= the sequence's query length " + std::to_string(query_len(s)));
     const int64_t need = blocks_needed(seq_lens[s], block_size);
-    ATTN_REQUIRE(need <= max_blocks_per_seq, "metadata.seq_lens" + at, seq_lens[s],
+    ATTN_REQUIRE(need <= max_blocks_per_seq, "metadata.seq_lens" + at(), seq_lens[s],
             "<= max_blocks_per_seq * block_size = " + std::to_string(int64_t(max_blocks_per_seq) * block_size));
     for (int64_t b = 0; b < need; ++b) {
       const int32_t id = blocks(s)[b];
@@ -166,8 +169,10 @@ void check_slot_mapping(const std::vector<int64_t>& slot_mapping, int64_t num_sl
     ATTN_REQUIRE(slot_mapping[t] >= -1 && slot_mapping[t] < num_slots, "metadata.slot_mapping[" + std::to_string(t) + "]",
                  slot_mapping[t], "-1 (skip) or a slot in [0, " + std::to_string(num_slots) + ")");
   // Checked once per step (validate), so writing each layer's new K/V (KVCache::write_validated)
-  // needs no sort or allocation of its own.
-  std::vector<int64_t> used;
+  // needs no sort or allocation of its own. The sorted copy lives in the thread's buffer, kept
+  // between steps: a passing check allocates nothing once the buffer has grown.
+  thread_local std::vector<int64_t> used;
+  used.clear();
   used.reserve(slot_mapping.size());
   for (int64_t s : slot_mapping)
     if (s >= 0) used.push_back(s);

@@ -4,20 +4,16 @@
 
 #include "attn/error.hpp"
 #include "attn/model.hpp"
+#include "core/names.hpp"
 #include "models/config_json.hpp"
 #include "models/families.hpp"
 
 namespace attn {
 
-std::string_view to_string(LayerKind k) {
-  switch (k) {  // no default: a new kind without its name fails the build (-Wswitch)
-    case LayerKind::attention: return "attention";
-    case LayerKind::mixer: return "mixer";
-  }
-  return "?";
-}
-
 namespace {
+
+constexpr detail::NameArray<LayerKind, 2> kLayerKindNames = {{{LayerKind::attention, "attention"}, {LayerKind::mixer, "mixer"}}};
+static_assert(detail::covers_enum(kLayerKindNames, kLastLayerKind));
 
 using nlohmann::json;
 
@@ -102,6 +98,8 @@ std::string config_architecture(const models::ConfigReader& top) {
 }
 
 }  // namespace
+
+std::string_view to_string(LayerKind k) { return detail::name_of(kLayerKindNames, k); }
 
 ModelSpec parse_model_config(const std::string& json_text, const std::string& name, const ModelOverrides& overrides) {
   const json top = models::parse_config_json(json_text, name);

@@ -1,8 +1,12 @@
-// Vocabulary parse/print (types.hpp, MambaType): every name round-trips, aliases resolve, and
+// Vocabulary parse/print (types.hpp, MambaType, KVLayout, MlaForm, DeviceKind, LayerKind): every name round-trips, aliases resolve, and
 // unknown names produce an attn::Error that lists every valid value.
 #include <gtest/gtest.h>
 
+#include "attn/kv_cache.hpp"
 #include "attn/layer_config.hpp"
+#include "attn/model.hpp"
+#include "attn/step.hpp"
+#include "attn/tensor.hpp"
 #include "attn/types.hpp"
 #include "support/expect_error.hpp"
 
@@ -108,6 +112,25 @@ TEST(Types, MambaTypesRoundTripAndErrorsListValues) {
   for (MambaType t : all_mamba_types()) EXPECT_EQ(parse_mamba_type(to_string(t)), t);
   EXPECT_TRUE(throws_error([] { parse_mamba_type("mamba3"); },
                            {"'mamba3'", "mamba1, mamba2, short_conv, linear_attention, gdn_attention, custom"}));
+}
+
+TEST(Types, KvLayoutsAndMlaFormsRoundTripAndErrorsListValues) {
+  for (KVLayout l : {KVLayout::NHD, KVLayout::HND, KVLayout::MLA, KVLayout::HND_PAIRS}) EXPECT_EQ(parse_kv_layout(to_string(l)), l);
+  for (MlaForm f : {MlaForm::absorbed, MlaForm::expanded}) EXPECT_EQ(parse_mla_form(to_string(f)), f);
+  EXPECT_TRUE(throws_error([] { parse_kv_layout("nhd"); }, {"Invalid layout: 'nhd'", "NHD, HND, MLA, HND_PAIRS"}));
+  EXPECT_TRUE(throws_error([] { parse_mla_form("folded"); }, {"Invalid mla_form: 'folded'", "absorbed, expanded"}));
+}
+
+TEST(Types, EnumNamesAndOutOfRangeValues) {
+  EXPECT_EQ(to_string(DeviceKind::cpu), "cpu");
+  EXPECT_EQ(to_string(DeviceKind::cuda), "cuda");
+  EXPECT_EQ(to_string(LayerKind::attention), "attention");
+  EXPECT_EQ(to_string(LayerKind::mixer), "mixer");
+  // A value past the last enumerator (a plugin's descriptor can carry one) has no name.
+  EXPECT_EQ(to_string(DeviceKind(uint8_t(kLastDeviceKind) + 1)), "?");
+  EXPECT_EQ(to_string(KVLayout(uint8_t(kLastKVLayout) + 1)), "?");
+  EXPECT_EQ(to_string(LayerKind(uint8_t(kLastLayerKind) + 1)), "?");
+  EXPECT_EQ(to_string(MlaForm(uint8_t(kLastMlaForm) + 1)), "?");
 }
 
 TEST(Types, JoinSeparatesWithTheGivenSeparator) {

@@ -119,9 +119,9 @@ void CudaFlashAttention::synchronize() const { check_cuda(cudaDeviceSynchronize(
 std::shared_ptr<const StepPlan> CudaFlashAttention::plan(const BatchMetadata& md, const KVCacheSpec& cache) const {
   check_plan_args(params_, md, cache);
   const LayerConfig& c = params_.config;
-  require(cache.layout == KVLayout::NHD || cache.layout == KVLayout::HND, "cache.layout", to_string(cache.layout),
-          "NHD or HND (cuda_flash reads neither MLA nor HND_PAIRS caches)");
-  require(md.num_seqs <= 65535, "md.num_seqs", md.num_seqs, "<= 65535 (one grid dimension)");
+  ATTN_REQUIRE(cache.layout == KVLayout::NHD || cache.layout == KVLayout::HND, "cache.layout", to_string(cache.layout),
+               "NHD or HND (cuda_flash reads neither MLA nor HND_PAIRS caches)");
+  ATTN_REQUIRE(md.num_seqs <= 65535, "md.num_seqs", md.num_seqs, "<= 65535 (one grid dimension)");
   auto p = std::make_shared<CudaStepPlan>(backend_, c, md, cache);
   p->heads = c.num_heads;
   p->head_size = c.head_size;
@@ -287,12 +287,13 @@ void CudaFlashAttention::write_kv(const TensorView& k, const TensorView& v, KVCa
   const LayerConfig& c = params_.config;
   const KVCacheSpec& spec = cache.spec();
   check_new_kv(k, v, md.num_tokens, c);
-  require(spec.num_kv_heads == c.num_kv_heads && spec.head_size == c.head_size, "cache.spec", spec.to_string(),
-          "num_kv_heads=" + std::to_string(c.num_kv_heads) + ", head_size=" + std::to_string(c.head_size));
-  require(int64_t(md.slot_mapping.size()) == md.num_tokens, "md.slot_mapping.size", md.slot_mapping.size(),
-          std::to_string(md.num_tokens));
+  ATTN_REQUIRE(spec.num_kv_heads == c.num_kv_heads && spec.head_size == c.head_size, "cache.spec", spec.to_string(),
+               "num_kv_heads=" + std::to_string(c.num_kv_heads) + ", head_size=" + std::to_string(c.head_size));
+  ATTN_REQUIRE(int64_t(md.slot_mapping.size()) == md.num_tokens, "md.slot_mapping.size", md.slot_mapping.size(),
+               std::to_string(md.num_tokens));
   const int64_t slots = int64_t(spec.num_blocks) * spec.block_size;
-  for (int64_t s : md.slot_mapping) require(s < slots, "md.slot_mapping", s, "< num_blocks * block_size = " + std::to_string(slots));
+  for (int64_t s : md.slot_mapping)
+    ATTN_REQUIRE(s < slots, "md.slot_mapping", s, "< num_blocks * block_size = " + std::to_string(slots));
   if (md.num_tokens == 0) return;
   const std::shared_ptr<DeviceAllocator> gpu = cuda_allocator();
   DeviceMemory dslots(gpu, md.slot_mapping.size() * sizeof(int64_t));  // one-off call: its own upload
