@@ -65,6 +65,13 @@ float scale_from_py(nb::handle scale);
 /// A RuntimeWarning when the last write clamped fp8 values (KVCache::saturated_values grew);
 /// warnings.simplefilter("error", RuntimeWarning) makes it an exception.
 void warn_if_saturated(const KVCache& cache, int64_t saturated_before);
+/// The cache storage as a DLPack-capable array object (no copy); it keeps the cache alive.
+nb::object cache_ndarray(nb::handle self);
+/// The storage dtype of an engine's cache tensor: DLPack float / bfloat16 / fp8 codes, or a NumPy
+/// array whose ml_dtypes dtype NumPy cannot export (viewed as raw bytes of the same memory).
+/// `packed` (when given) is set for uint8 tensors, the packed codes of int4_per_token_head caches
+/// (stored as int8 bytes).
+DType cache_storage_dtype(nb::handle tensor, nb::object& exported, bool* packed = nullptr);
 /// A cache made by KVCache.from_dlpack: attn::Error unless its tensor still has the memory it was
 /// wrapped with. Every binding that reads or writes a cache's memory calls it first (GIL held).
 void check_storage(const KVCache& cache);

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import NUMPY_DTYPES, assert_close, reference_attention, rounded
+from helpers import assert_close, reference_attention
+from kv_formats import NUMPY_DTYPES, rounded
 
 
 def per_sequence(k, lens):

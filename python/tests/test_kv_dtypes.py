@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import (NVFP4_DTYPES, TOKEN_HEAD_DTYPES, TURBOQUANT_DTYPES, assert_close, make_batch, token_head_quantized,
-                     valid_cpu_backends)
+from helpers import assert_close, make_batch, valid_cpu_backends
+from kv_formats import NVFP4_DTYPES, TOKEN_HEAD_DTYPES, TURBOQUANT_DTYPES, token_head_quantized
 
 STORAGE = {"int8_per_token_head": "int8", "fp8_per_token_head": "fp8_e4m3", "int4_per_token_head": "int8",
            **{k: "int8" for k in NVFP4_DTYPES + TURBOQUANT_DTYPES}}

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import assert_close, cosine_to_unquantized, int4_quantized, int4_query, rounded
+from helpers import assert_close, cosine_to_unquantized
+from kv_formats import int4_quantized, int4_query, rounded
 
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs it): vLLM's RHT signs come from it")
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import NVFP4_DTYPES, assert_close, cosine_to_unquantized, nvfp4_quantized, reference_attention, rounded, torch_step, written_cache
+from helpers import assert_close, cosine_to_unquantized, reference_attention, torch_step, written_cache
+from kv_formats import NVFP4_DTYPES, nvfp4_quantized, rounded
 
 
 @pytest.mark.parametrize("kv", NVFP4_DTYPES)

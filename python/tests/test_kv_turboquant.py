@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import attn
-from helpers import TURBOQUANT_DTYPES, assert_close, cosine_to_unquantized, reference_attention, rounded, torch_step, turboquant_slot, written_cache
+from helpers import assert_close, cosine_to_unquantized, reference_attention, torch_step, written_cache
+from kv_formats import TURBOQUANT_DTYPES, rounded, turboquant_slot
 
 
 @pytest.mark.parametrize("kv", TURBOQUANT_DTYPES)

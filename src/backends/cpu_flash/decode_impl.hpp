@@ -31,9 +31,10 @@
 // Included by decode.avx512.cpp and decode.avx512vbmi.cpp, each defining ATTN_CF_NS (its own
 // namespace, so code built with different flags never mixes) and ATTN_CF_VBMI (0 or 1).
 // The pieces, each included by the next: decode_widen.hpp (conversions), decode_rows.hpp (row
-// caches), decode_pairs.hpp (HND_PAIRS); this file holds the item loop (run) over them.
+// caches), decode_pairs.hpp (HND_PAIRS), decode_chunk.hpp (a chunk's unpacked rows and per-key
+// scales); this file holds the item loop (run) over them.
 #pragma once
-#include "backends/cpu_flash/decode_pairs.hpp"
+#include "backends/cpu_flash/decode_chunk.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -44,24 +45,6 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 
 inline void prefetch_l2(const char* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
-}
-
-/// The n keys of a chunk (rows `tstride` bytes apart from k0, V v_off bytes after K) unpacked into
-/// dense scratch rows: nvfp4 to bf16, turboquant to fp32 (each key up to the factor kf[j] that its
-/// score takes, see unpack_tq_key_unscaled).
-template <Unpack U>
-inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char* k0, int64_t tstride, int64_t v_off, int n, int d,
-                         char* krows, char* vrows, float* kf) {
-  for (int j = 0; j < n; ++j) {
-    const uint8_t* kr = reinterpret_cast<const uint8_t*>(k0 + j * tstride);
-    if constexpr (U == Unpack::nvfp4) {
-      unpack_nvfp4(kr, d, reinterpret_cast<uint16_t*>(krows) + int64_t(j) * d);
-      unpack_nvfp4(kr + v_off, d, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d);
-    } else {
-      kf[j] = unpack_tq_key_unscaled(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d);
-      unpack_tq_value(kr + v_off, d, a.kv.tq, reinterpret_cast<float*>(vrows) + int64_t(j) * d);
-    }
-  }
 }
 
 /// Pairs: the cache is HND_PAIRS (T = bf16 with Bf16Dot; qk_pairs / pv_pairs, P·V in natural
@@ -202,39 +185,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     const int32_t next = c + n;
     // Token: this chunk's K scales (times the softmax scale) and V scales, one vector per 16 keys.
     alignas(64) float kts[kPairChunk], vts[kPairChunk], kzb[Int4 ? kPairChunk : 1], vzb[Int4 ? kPairChunk : 1];
-    if constexpr (Int4) {  // A = 16 · scale · sscale, B = 1 + z/16; V: 16 · scale and 1 + z/16
-      // 16 keys' stored scales at a time (num_kv_heads floats apart; a chunk is whole 16-key groups
-      // of one block), split into the scale (low 4 bits cleared) and the zero point.
-      const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h);
-      const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                              _mm512_set1_epi32(a.kv.num_kv_heads));
-      const __m512i low = _mm512_set1_epi32(0xF);
-      for (int j = 0; j < kPairChunk; j += 16) {
-        if (j >= n) {  // lanes past the chunk: masked
-          for (float* p : {kts, vts, kzb, vzb}) _mm512_store_ps(p + j, _mm512_setzero_ps());
-          continue;
-        }
-        const float* kb = a.kv.k_token_scales + t0 + int64_t(j) * a.kv.num_kv_heads;
-        const float* vb = a.kv.v_token_scales + t0 + int64_t(j) * a.kv.num_kv_heads;
-        const __m512i kbits = _mm512_castps_si512(_mm512_i32gather_ps(step, kb, 4));
-        const __m512i vbits = _mm512_castps_si512(_mm512_i32gather_ps(step, vb, 4));
-        auto scale = [&](__m512i bits) { return _mm512_castsi512_ps(_mm512_andnot_si512(low, bits)); };
-        auto zp = [&](__m512i bits) {
-          return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(bits, low)), _mm512_set1_ps(1.0f / 16.0f), _mm512_set1_ps(1.0f));
-        };
-        _mm512_store_ps(kts + j, _mm512_mul_ps(scale(kbits), _mm512_set1_ps(16.0f * sscale)));
-        _mm512_store_ps(vts + j, _mm512_mul_ps(scale(vbits), _mm512_set1_ps(16.0f)));
-        _mm512_store_ps(kzb + j, zp(kbits));
-        _mm512_store_ps(vzb + j, zp(vbits));
-      }
-    } else if constexpr (U == Unpack::turboquant) {
-      for (int j = 0; j < n; ++j) kts[j] = kf[j] * sscale;
-      for (int j = n; j < kChunk; ++j) kts[j] = 0.0f;  // lanes past the chunk: masked
-    } else if constexpr (Token) {
-      const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h), nkv = a.kv.num_kv_heads;
-      for (int j = 0; j < n; ++j) kts[j] = a.kv.k_token_scales[t0 + j * nkv] * sscale, vts[j] = a.kv.v_token_scales[t0 + j * nkv];
-      for (int j = n; j < kPairChunk; ++j) kts[j] = vts[j] = 0.0f;  // lanes past the chunk: masked
-    }
+    chunk_scales<T, Token, U>(a, bt, c, h, n, sscale, kf, kts, vts, kzb, vzb);
 
     PairChunk nx{};
     if constexpr (Pairs) {
