@@ -5,6 +5,7 @@
 /// get_mamba_attn_backend). Every tensor is float32; T = tokens of all sequences concatenated.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +46,8 @@ struct MixerConfig {
   int conv_dim() const;
   /// Output features per token (mamba1/2, short_conv: d_inner; linear/gdn: num_heads·head_v_dim).
   int out_dim() const;
+  /// The output of `tokens` tokens: [T, d_inner] (mamba1/2, short_conv) or [T, num_heads, head_v_dim].
+  std::vector<int64_t> out_shape(int64_t tokens) const;
   /// mamba2, linear and gdn prefill have a chunked form distinct from the recurrence.
   bool has_chunked_form() const;
   std::vector<int64_t> conv_state_shape(int32_t slots) const;  // [slots, conv_dim, d_conv - 1]
@@ -96,6 +99,64 @@ struct MixerInputs {
   TensorView b;     // gdn: [T, num_heads], before the sigmoid that gives beta
   TensorView z;     // optional gate, y *= silu(z): mamba1 / mamba2 [T, d_inner]
 };
+
+/// Up to three extents: what follows the token (or slot) index in a mixer tensor's shape.
+struct MixerShape {
+  MixerShape() = default;
+  MixerShape(std::initializer_list<int64_t> extents);
+  int rank = 0;
+  int64_t dims[3] = {0, 0, 0};
+  int64_t numel() const;
+  std::vector<int64_t> after(int64_t leading) const;  // {leading, dims...}
+};
+
+/// One mixer type's row of the per-type table: everything the shared code knows of a type
+/// (config fields, conv, state and output shapes, weights, per-token inputs). A new type is a
+/// row in src/mamba/mixer_types.cpp, its backend folder and a line in src/mamba/mixer_list.inc.
+struct MixerTypeInfo {
+  /// A MixerConfig field the type reads: its mixer_dims key, whether validate() requires it
+  /// > 0, and its default when mixer_dims lacks it (from the fields read before it; null: required).
+  struct Dim {
+    const char* key;
+    int MixerConfig::*field;
+    bool positive;
+    int (*fallback)(const MixerConfig&);
+  };
+  /// A weight vector of MixerParams; [lo, hi]: the values random test and demo weights draw.
+  struct Weight {
+    const char* name;
+    std::vector<float> MixerParams::*field;
+    int64_t (*size)(const MixerConfig&);
+    bool optional;  // empty allowed
+    float lo, hi;
+  };
+  /// A per-token input of MixerInputs, [T, shape...], float32 and contiguous; `name` is what
+  /// errors call it. [lo, hi]: the values random test and demo inputs draw.
+  struct Input {
+    enum class When : uint8_t { always, raw, convolved };  // raw / convolved: by MixerInputs::x_is_convolved
+    const char* name;
+    TensorView MixerInputs::*field;
+    MixerShape (*shape)(const MixerConfig&);
+    bool optional;  // may be absent (null data)
+    When when;
+    float lo, hi;
+  };
+
+  MambaType type;
+  std::vector<Dim> dims;                    // in from_dims order (validate() checks them in it too)
+  void (*check)(const MixerConfig&);        // rules across fields (divisibility, sums); may be null
+  int (*conv_dim)(const MixerConfig&);      // 0: no convolution
+  bool conv_silu;                           // SiLU after the conv
+  MixerShape (*ssm_state)(const MixerConfig&);  // per slot; heads (or channels) first
+  MixerShape (*out)(const MixerConfig&);        // per token
+  bool chunked;                             // has a chunked prefill form (MixerParams::chunk_size)
+  const char* scan_unit;                    // what the scan splits into tasks: "heads" / "channels"
+  float (*default_scale)(const MixerConfig&);  // MixerParams::scale 0 → this; null → 1
+  std::vector<Weight> weights;              // besides conv_weight [conv_dim, d_conv] and conv_bias [conv_dim]
+  std::vector<Input> inputs;                // in the order they are checked
+};
+/// The row of `type` (every MambaType has one).
+const MixerTypeInfo& mixer_type_info(MambaType type);
 
 /// The step's sequences as a mixer sees them: where each one's tokens are, which state slot it
 /// owns, and whether that slot holds a state to continue (chunked prefill, prefix reuse, decode)

@@ -33,6 +33,7 @@ void MixerImpl::run_conv(const MixerPlan& plan, const float* x, MambaStateCache&
   const MixerBatch& md = plan.batch;
   const int64_t dim = c.conv_dim(), K = c.d_conv, Hs = K - 1;
   auto kernel = use_avx512() ? mixer::avx512::conv_rows : mixer::generic::conv_rows;
+  const bool silu = mixer_type_info(c.type).conv_silu;
   // Task = (sequence, kConvTokens tokens), every channel (the plan's conv_first_task).
   const std::vector<int64_t>& first_task = plan.conv_first_task;
   mixer::parallel_tasks(first_task.back(), plan.threads, [&](int64_t task) {
@@ -48,7 +49,7 @@ void MixerImpl::run_conv(const MixerPlan& plan, const float* x, MambaStateCache&
     r.begin = (task - first_task[s]) * mixer::kConvTokens;
     r.end = std::min<int64_t>(md.query_len(s), r.begin + mixer::kConvTokens);
     r.has_initial_state = md.has_initial_state[s];
-    r.silu = c.type != MambaType::short_conv;
+    r.silu = silu;
     kernel(r);
   });
   // The new states, once every task has read the old ones: the last Hs inputs of each sequence,

@@ -17,12 +17,21 @@ std::string chosen_isa(const Platform& p) {
 
 std::string descriptor_variant(const Platform& p) { return chosen_isa(p); }
 
-
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents) {
   // Runs per layer per step: no string is built unless a check fails.
   ATTN_REQUIRE(t.data != nullptr, name, "null", "a tensor of shape with extents given by the mixer config");
   check_tensor(t, name, int(extents.size()), {DType::float32}, extents);
   ATTN_REQUIRE(t.is_contiguous(), std::string(name) + ".strides", t.shape_string(), "a contiguous tensor");
+}
+
+void check_input(const TensorView& t, const char* name, int64_t tokens, const MixerShape& shape) {
+  const int64_t* d = shape.dims;
+  switch (shape.rank) {
+    case 0: check_input(t, name, {tokens}); break;
+    case 1: check_input(t, name, {tokens, d[0]}); break;
+    case 2: check_input(t, name, {tokens, d[0], d[1]}); break;
+    default: check_input(t, name, {tokens, d[0], d[1], d[2]}); break;
+  }
 }
 
 }  // namespace mixer

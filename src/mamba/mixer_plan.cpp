@@ -32,7 +32,7 @@ std::string MixerPlan::to_string() const {
   std::ostringstream os;
   os << backend << " plan: " << config.to_string() << ", " << batch.num_seqs << " seqs, " << batch.num_tokens
      << " tokens, " << num_slots << " slots, chunk " << chunk_size << ", " << threads << " threads, " << head_block
-     << (config.type == MambaType::mamba1 ? " channels" : " heads") << " per task, workspace " << workspace_bytes()
+     << " " << mixer_type_info(config.type).scan_unit << " per task, workspace " << workspace_bytes()
      << " bytes; seqs [";
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int32_t len = batch.query_len(s);
@@ -107,12 +107,7 @@ MixerImpl::Scratch MixerImpl::begin(const MixerPlan& plan, MambaStateCache* stat
 void MixerImpl::run(const MixerPlan& plan, const MixerArgs& args) const {
   Workspace own;
   const Scratch scratch = begin(plan, args.state, args.workspace, own);
-  const MixerConfig& c = params_.config;
-  if (c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention) {
-    mixer::check_input(args.out, "out", {plan.batch.num_tokens, c.num_heads, c.head_v_dim});
-  } else {
-    mixer::check_input(args.out, "out", {plan.batch.num_tokens, c.out_dim()});
-  }
+  mixer::check_input(args.out, "out", plan.batch.num_tokens, mixer_type_info(params_.config.type).out(params_.config));
   run_checked(plan, args.in, *args.state, args.out, scratch);
 }
 

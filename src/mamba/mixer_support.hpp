@@ -72,6 +72,8 @@ std::string chosen_isa(const Platform& p);
 
 /// float32, contiguous, exact extents; `name` is the argument named in the error.
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents);
+/// The same for a [tokens, shape...] tensor.
+void check_input(const TensorView& t, const char* name, int64_t tokens, const MixerShape& shape);
 
 /// Runs task(i) for i in [0, n) over OpenMP threads (dynamic: sequences differ in length).
 template <typename F>
