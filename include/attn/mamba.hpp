@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/capabilities.hpp"
 #include "attn/layer_config.hpp"
 #include "attn/platform.hpp"
 #include "attn/selector.hpp"
@@ -301,10 +302,22 @@ class MixerImpl {
   std::vector<float> conv_taps_;  // [d_conv, conv_dim]: conv_weight transposed once, for conv()
 };
 
+/// What a mixer backend serves, as data. check_mixer_capabilities turns MixerCapabilities ×
+/// MambaType × Platform into Reasons in a fixed order — platform, mamba_type, then
+/// compute_capability (cuda) or cpu_features (cpu) — with the platform checks of the attention
+/// backends' check_capabilities.
+struct MixerCapabilities {
+  std::vector<MambaType> types;                      // the mixer types it serves
+  std::vector<PlatformKind> platforms{PlatformKind::cpu};
+  std::vector<CpuFeature> required_cpu_features;     // all required (cpu platform)
+  std::optional<ComputeCapability> min_cc, max_cc;   // cuda platform
+};
+std::vector<Reason> check_mixer_capabilities(const MixerCapabilities& caps, MambaType type, const Platform& platform);
+
 struct MixerDescriptor {
   std::string name;
   std::string summary;
-  std::vector<MambaType> types;  // the mixer types it serves
+  MixerCapabilities caps;
   std::function<std::string(const Platform&)> variant;
   std::function<std::unique_ptr<MixerImpl>(const MixerParams&)> create;
 };
@@ -323,12 +336,17 @@ struct MambaSelectOptions {
   std::optional<Platform> platform;  // default: this machine's CPU
 };
 
-/// The mixer backend for a layer type: a deterministic mapping (mamba1→mamba1, mamba2→mamba2,
-/// short_conv→short_conv, linear_attention→linear, gdn_attention→gdn, custom→the registered
-/// one). Memoised and thread-safe like select() (the same memo, forced-backend precedence and
+/// The mixer backend for a layer type on the platform: the first registered one whose
+/// capabilities serve both (mamba1→mamba1, mamba2→mamba2, short_conv→short_conv,
+/// linear_attention→linear, gdn_attention→gdn, custom→the registered one; every built-in is a CPU
+/// mixer). Memoised and thread-safe like select() (the same memo, forced-backend precedence and
 /// unknown-backend error; names ignore case). The Decision has no config; its notes name the
-/// type, its candidates list every mixer backend with a `mamba_type` reason where it does not serve it.
+/// type, its candidates list every mixer backend with its reasons (platform, mamba_type, ...).
+/// None valid → attn::Error listing each candidate with its reasons.
 Decision select_mamba(MambaType type, const MambaSelectOptions& options = {});
+/// Same as select_mamba() but returns the decision even when no mixer backend is valid (backend
+/// empty; the candidates carry the reasons). Forced-backend errors still throw.
+Decision explain_mamba(MambaType type, const MambaSelectOptions& options = {});
 void clear_mamba_selector_cache();
 SelectorCacheStats mamba_selector_cache_stats();
 

@@ -41,7 +41,7 @@ std::vector<std::string> names_of(const std::vector<std::shared_ptr<const MixerD
 
 void register_mixer(MixerDescriptor desc) {
   require(!desc.name.empty(), "desc.name", "''", "a non-empty backend name");
-  require(!desc.types.empty(), "desc.types", "[]", "at least one mixer type served");
+  require(!desc.caps.types.empty(), "desc.caps.types", "[]", "at least one mixer type served");
   require(bool(desc.create), "desc.create", "null", "a factory");
   MixerRegistry& r = registry();
   std::unique_lock lock(r.mu);
@@ -77,9 +77,9 @@ std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerP
     throw Error("mixer backend '" + backend + "' unknown (known mixer backends: " + join(mixer_backend_names()) + ")");
   }
   bool serves = false;
-  for (MambaType t : d->types) serves |= t == params.config.type;
+  for (MambaType t : d->caps.types) serves |= t == params.config.type;
   std::vector<std::string> types;
-  for (MambaType t : d->types) types.emplace_back(to_string(t));
+  for (MambaType t : d->caps.types) types.emplace_back(to_string(t));
   require(serves, "params.config.type", to_string(params.config.type),
           "a type mixer backend '" + backend + "' serves (" + join(types) + ")");
   std::unique_ptr<MixerImpl> impl = d->create(params);

@@ -144,7 +144,7 @@ MixerDescriptor make_descriptor(std::string name, std::string summary, MambaType
   MixerDescriptor d;
   d.name = std::move(name);
   d.summary = std::move(summary);
-  d.types = {type};
+  d.caps.types = {type};
   d.variant = descriptor_variant;
   d.create = [](const MixerParams& p) -> std::unique_ptr<MixerImpl> { return std::make_unique<Impl>(p); };
   return d;

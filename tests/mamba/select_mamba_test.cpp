@@ -46,6 +46,29 @@ TEST(SelectMamba, EveryBuiltinTypeMapsToItsBackend) {
   }
 }
 
+TEST(SelectMamba, CpuMixersServeNoGpuTarget) {
+  EnvGuard env;
+  MambaSelectOptions opt;
+  opt.platform = parse_platform("cuda:9.0");
+  const Decision d = explain_mamba(MambaType::mamba1, opt);
+  EXPECT_EQ(d.backend, "");
+  ASSERT_EQ(d.candidates.size(), mixer_backends().size());
+  for (const Candidate& c : d.candidates) {
+    EXPECT_FALSE(c.valid) << c.backend;
+    ASSERT_FALSE(c.reasons.empty()) << c.backend;
+    EXPECT_EQ(c.reasons[0], (Reason{ReasonField::platform, "cuda", "cpu"})) << c.backend;
+    EXPECT_EQ(c.reasons.size(), c.backend == "mamba1" ? 1u : 2u) << c.backend;  // others: mamba_type too
+  }
+  const std::string msg = error_of([&] { select_mamba(MambaType::mamba1, opt); });
+  EXPECT_NE(msg.find("no mixer backend serves mamba_type=mamba1 on cuda"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mamba1: [platform=cuda, expected cpu]"), std::string::npos) << msg;
+  // Forced onto the GPU target: an error naming the platform, never a silent CPU mixer.
+  opt.backend = "mamba1";
+  const std::string forced = error_of([&] { explain_mamba(MambaType::mamba1, opt); });
+  EXPECT_NE(forced.find("platform=cuda, expected cpu"), std::string::npos) << forced;
+  EXPECT_NE(forced.find("would: none"), std::string::npos) << forced;
+}
+
 TEST(SelectMamba, UnknownTypeNameListsValidTypes) {
   const std::string msg = error_of([] { parse_mamba_type("mamba3"); });
   for (MambaType t : all_mamba_types()) EXPECT_NE(msg.find(std::string(to_string(t))), std::string::npos) << msg;
@@ -101,7 +124,7 @@ TEST(SelectMamba, CustomNeedsARegisteredMixer) {
   MixerDescriptor d;
   d.name = "my_custom_mixer";
   d.summary = "test";
-  d.types = {MambaType::custom};
+  d.caps.types = {MambaType::custom};
   d.create = [](const MixerParams& p) {
     MixerParams q = p;
     q.config.type = MambaType::mamba1;
@@ -249,7 +272,7 @@ TEST(SelectMambaCore, RegisteredMixerIsForcibleAndACandidate) {
   MixerDescriptor d;
   d.name = "Synthetic_Mixer";
   d.summary = "test";
-  d.types = {MambaType::custom};
+  d.caps.types = {MambaType::custom};
   d.variant = [](const Platform&) { return std::string("synthetic"); };
   d.create = [](const MixerParams& p) {
     MixerParams q = p;
