@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -243,20 +244,20 @@ struct MixerArgs {
 
 /// One mixer layer served by one backend: plan once per step, run once per layer. Holds only
 /// what `create` set up; run() and conv() are const and safe to call from several threads for
-/// different layers (one Workspace each).
+/// different layers (one Workspace each). The built-ins share one implementation of this
+/// interface (src/mamba/mixer_base.hpp); a custom mixer may wrap one (create_mixer) or implement it.
 class MixerImpl {
  public:
-  explicit MixerImpl(MixerParams params);
   virtual ~MixerImpl() = default;
   const MixerParams& params() const { return params_; }
   const std::string& backend_name() const { return backend_; }
 
   /// Validates the step's batch against a state cache of `num_slots` slots once and plans the
   /// work (see MixerPlan). Serves every layer with this backend, config, chunk_size and threads.
-  std::shared_ptr<const MixerPlan> plan(const MixerBatch& md, int32_t num_slots) const;
+  virtual std::shared_ptr<const MixerPlan> plan(const MixerBatch& md, int32_t num_slots) const = 0;
   /// The whole mixer for a mixed batch of prefill and decode sequences under `plan`. Checks are
   /// O(1); with a workspace of plan.workspace_bytes() the run allocates nothing.
-  void run(const MixerPlan& plan, const MixerArgs& args) const;
+  virtual void run(const MixerPlan& plan, const MixerArgs& args) const = 0;
   /// One call: plan + run with a scratch of its own (tests, one-off calls). out: [T, d_inner]
   /// (mamba1, mamba2, short_conv) or [T, num_heads, head_v_dim] (linear, gdn).
   void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
@@ -264,42 +265,22 @@ class MixerImpl {
   /// Causal depthwise conv1d over this step's tokens, continuing each sequence's conv state and
   /// leaving its last d_conv - 1 inputs behind; SiLU after it except for short_conv.
   /// x, out: [T, conv_dim] (out may alias x only if it is a distinct buffer: no in-place).
-  void conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
-            Workspace* workspace = nullptr) const;
+  virtual void conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
+                    Workspace* workspace = nullptr) const = 0;
   void conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
   /// The kernel variant that runs ("avx512" / "generic"), fixed when the mixer is created: the
   /// best this CPU runs, or the build env ATTN_CPU_ISA forces (avx512_bf16 / amx run avx512,
   /// avx2 runs generic; an unknown name or a build this CPU cannot run → attn::Error).
-  virtual std::string variant() const;
+  virtual std::string variant() const = 0;
 
  protected:
-  /// Per-thread scratch of one run: block omp_get_thread_num() of the workspace.
-  struct Scratch {
-    char* base = nullptr;
-    std::size_t stride = 0;
-    float* buffer = nullptr;  // the plan's buffer_floats
-    float* mine() const;
-  };
-  /// The per-layer checks of run() and conv(): the plan is this layer's, the state cache has the
-  /// planned config and slots. Returns the run's scratch (in `workspace`, or `own` when null).
-  Scratch begin(const MixerPlan& plan, MambaStateCache* state, Workspace* workspace, Workspace& own) const;
-  /// The backend's run once the plan, state and out passed the checks (inputs still unchecked).
-  virtual void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,
-                           const Scratch& scratch) const = 0;
-  /// Heads (mamba1: channels) per scan task for a batch of `num_seqs` sequences.
-  virtual int64_t plan_head_block(int32_t num_seqs, int threads) const;
-  /// Per-thread scratch floats of one scan task over a sequence of `len` tokens.
-  virtual int64_t scan_scratch_floats(int64_t len, int64_t head_block) const;
-  /// The conv under a plan whose checks passed (run() and conv() share it).
-  void run_conv(const MixerPlan& plan, const float* x, MambaStateCache& state, float* out, const Scratch& scratch) const;
-  bool use_avx512() const { return avx512_; }
+  /// Validates `params` (attn::Error naming the field).
+  explicit MixerImpl(MixerParams params);
   MixerParams params_;
 
  private:
-  friend std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params);
+  friend class MixerRegistry;  // names the backend that made it
   std::string backend_;
-  bool avx512_ = false;
-  std::vector<float> conv_taps_;  // [d_conv, conv_dim]: conv_weight transposed once, for conv()
 };
 
 /// What a mixer backend serves, as data. check_mixer_capabilities turns MixerCapabilities ×
@@ -322,18 +303,49 @@ struct MixerDescriptor {
   std::function<std::unique_ptr<MixerImpl>(const MixerParams&)> create;
 };
 
-/// Adds a mixer backend (how a `custom` mixer is provided). Throws if the name is taken.
+/// The mixer backends: the built-ins (src/mamba/mixer_list.inc), then what add() registered, in
+/// that order. No static-initializer self-registration: the list is filled on first use.
+class MixerRegistry {
+ public:
+  /// The process-wide registry (register_mixer, mixer_backends, find_mixer and create_mixer use it).
+  static MixerRegistry& instance();
+  /// A registry of its own holding the built-ins only: what a caller adds to it (a test's
+  /// stand-in mixers) never reaches instance(). Select from it with MambaSelectOptions::registry.
+  static std::unique_ptr<MixerRegistry> with_builtins();
+
+  /// Adds a mixer backend (how a `custom` mixer is provided). Throws attn::Error for an empty
+  /// name, no types served, a null factory, or a name already registered.
+  void add(MixerDescriptor desc);
+  std::vector<std::shared_ptr<const MixerDescriptor>> backends() const;
+  std::shared_ptr<const MixerDescriptor> find(const std::string& name) const;  // names ignore case
+  std::vector<std::string> names() const;
+  /// Builds a mixer; unknown name, or a type the backend does not serve → attn::Error listing
+  /// what is known.
+  std::unique_ptr<MixerImpl> create(const std::string& backend, const MixerParams& params) const;
+  /// Changes on every add(), and no two registries share a value; select_mamba's memo keys on it.
+  uint64_t generation() const;
+
+  MixerRegistry();  // empty; instance() and with_builtins() add the built-ins
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::vector<std::shared_ptr<const MixerDescriptor>> list_;
+  uint64_t generation_;
+};
+
+/// MixerRegistry::instance().add(desc).
 void register_mixer(MixerDescriptor desc);
-/// Built-ins (src/mamba/mixer_list.inc) then registered ones, in order.
+/// MixerRegistry::instance().backends(): built-ins then registered ones, in order.
 std::vector<std::shared_ptr<const MixerDescriptor>> mixer_backends();
 std::shared_ptr<const MixerDescriptor> find_mixer(const std::string& name);
-/// Builds a mixer; unknown name → attn::Error listing the known mixer backends.
+/// MixerRegistry::instance().create(backend, params).
 std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params);
 
 struct MambaSelectOptions {
   std::string backend;      // forced ("" or "auto" = none): highest precedence
   bool use_env = true;      // then env ATTN_MAMBA_BACKEND
   std::optional<Platform> platform;  // default: this machine's CPU
+  MixerRegistry* registry = nullptr;  // the mixers to choose from; default MixerRegistry::instance()
 };
 
 /// The mixer backend for a layer type on the platform: the first registered one whose

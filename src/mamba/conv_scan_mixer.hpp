@@ -6,13 +6,14 @@
 #include <cstdint>
 
 #include "attn/mamba.hpp"
+#include "mamba/mixer_base.hpp"
 #include "mamba/mixer_support.hpp"
 
 namespace attn::mixer {
 
-class ConvScanMixer : public MixerImpl {
+class ConvScanMixer : public MixerBase {
  public:
-  using MixerImpl::MixerImpl;
+  using MixerBase::MixerBase;
 
  protected:
   void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,

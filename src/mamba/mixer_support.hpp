@@ -114,17 +114,6 @@ void for_each_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t h
   });
 }
 
-/// for_each_seq_heads with a chunked-form kernel: scan(args, t0, len, h0, h1, plan.chunk_size,
-/// state, scratch) (mamba2, linear, gdn).
-template <typename Scratch, typename ScanFn, typename ScanArgs>
-void scan_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t heads, int64_t head_floats,
-                    const Scratch& scratch, ScanFn* scan, const ScanArgs& args) {
-  for_each_seq_heads(plan, state, heads, head_floats, scratch,
-                     [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* task_scratch) {
-                       scan(args, t0, len, h0, h1, plan.chunk_size, S, task_scratch);
-                     });
-}
-
 /// Heads per task for mixers whose heads share per-chunk work in groups of `group` consecutive
 /// heads: the largest divisor of `group` (so a task never straddles two groups) that is at most
 /// `cap` and still leaves every thread about four of the `seq_heads` (sequences × heads) / block

@@ -9,7 +9,6 @@
 
 #include "attn/error.hpp"
 #include "core/names.hpp"
-#include "mamba/mixer_registry.hpp"
 #include "select/platform_checks.hpp"
 #include "select/selection.hpp"
 
@@ -26,16 +25,16 @@ Memo& memo() {
   return m;
 }
 
-Outcome decide(MambaType type, const ForcedBackend& forced, const Platform& platform) {
+Outcome decide(const MixerRegistry& reg, MambaType type, const ForcedBackend& forced, const Platform& platform) {
   Outcome o;
   const std::string type_name(to_string(type));
-  const auto forced_desc = forced.name.empty() ? nullptr : find_mixer(forced.name);  // any case
+  const auto forced_desc = forced.name.empty() ? nullptr : reg.find(forced.name);  // any case
   if (!forced.name.empty() && !forced_desc) {
-    o.error = detail::unknown_backend_error("mixer", forced, mixer_backend_names());
+    o.error = detail::unknown_backend_error("mixer", forced, reg.names());
     o.error_always = true;
     return o;
   }
-  const auto backends = mixer_backends();
+  const auto backends = reg.backends();
   Decision& d = o.decision;
   d.platform = platform.to_string();
   d.forced_by = forced.by;
@@ -79,8 +78,10 @@ Outcome lookup(MambaType type, const MambaSelectOptions& options) {
   // Precedence: argument > env ATTN_MAMBA_BACKEND.
   ForcedBackend forced = detail::forced_backend({{options.backend, "argument"}}, options.use_env, "ATTN_MAMBA_BACKEND");
   const Platform& platform = options.platform ? *options.platform : detect_cpu();
-  Memo::Key key{type, detail::platform_key(platform, options.platform.has_value()), forced, mixer_registry_generation()};
-  return memo().get(std::move(key), [&] { return decide(type, forced, platform); });
+  const MixerRegistry& reg = options.registry ? *options.registry : MixerRegistry::instance();
+  // Generations are unique across mixer registries, so the key also tells registries apart.
+  Memo::Key key{type, detail::platform_key(platform, options.platform.has_value()), forced, reg.generation()};
+  return memo().get(std::move(key), [&] { return decide(reg, type, forced, platform); });
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
   const double pool_bytes = 4.0 * llc_bytes();
   for (const Layer& layer : layers()) {
     const MixerConfig& c = layer.config;
-    const std::string backend = select_mamba(c.type, MambaSelectOptions{"", false, std::nullopt}).backend;
+    const std::string backend = select_mamba(c.type, MambaSelectOptions{"", false, std::nullopt, nullptr}).backend;
     // Decode: one token for each of `batch` sequences, each continuing its own slot. Successive
     // runs take the next `batch` slots of a pool >= 4x the last-level cache, so every run reads
     // its states from DRAM as a serving engine does, not from the cache the previous run warmed.

@@ -23,7 +23,7 @@ TEST(ModelMixers, EveryShippedMixerLayerRuns) {
       SCOPED_TRACE(name + " layer " + std::to_string(layer.index));
       const MixerConfig c = MixerConfig::from_dims(layer.mixer, layer.mixer_dims);
       if (!seen.insert(c.to_string()).second) continue;
-      const Decision d = select_mamba(layer.mixer, MambaSelectOptions{"", false, std::nullopt});
+      const Decision d = select_mamba(layer.mixer, MambaSelectOptions{"", false, std::nullopt, nullptr});
       MixerParams p = test::random_mixer_params(c, 11);
       auto impl = create_mixer(d.backend, p);
       MambaStateCache cache(c, 2);
