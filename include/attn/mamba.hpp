@@ -5,13 +5,16 @@
 /// get_mamba_attn_backend). Every tensor is float32; T = tokens of all sequences concatenated.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attn/capabilities.hpp"
 #include "attn/layer_config.hpp"
 #include "attn/platform.hpp"
 #include "attn/selector.hpp"
@@ -45,6 +48,8 @@ struct MixerConfig {
   int conv_dim() const;
   /// Output features per token (mamba1/2, short_conv: d_inner; linear/gdn: num_heads·head_v_dim).
   int out_dim() const;
+  /// The output of `tokens` tokens: [T, d_inner] (mamba1/2, short_conv) or [T, num_heads, head_v_dim].
+  std::vector<int64_t> out_shape(int64_t tokens) const;
   /// mamba2, linear and gdn prefill have a chunked form distinct from the recurrence.
   bool has_chunked_form() const;
   std::vector<int64_t> conv_state_shape(int32_t slots) const;  // [slots, conv_dim, d_conv - 1]
@@ -96,6 +101,64 @@ struct MixerInputs {
   TensorView b;     // gdn: [T, num_heads], before the sigmoid that gives beta
   TensorView z;     // optional gate, y *= silu(z): mamba1 / mamba2 [T, d_inner]
 };
+
+/// Up to three extents: what follows the token (or slot) index in a mixer tensor's shape.
+struct MixerShape {
+  MixerShape() = default;
+  MixerShape(std::initializer_list<int64_t> extents);
+  int rank = 0;
+  int64_t dims[3] = {0, 0, 0};
+  int64_t numel() const;
+  std::vector<int64_t> after(int64_t leading) const;  // {leading, dims...}
+};
+
+/// One mixer type's row of the per-type table: everything the shared code knows of a type
+/// (config fields, conv, state and output shapes, weights, per-token inputs). A new type is a
+/// row in src/mamba/mixer_types.cpp, its backend folder and a line in src/mamba/mixer_list.inc.
+struct MixerTypeInfo {
+  /// A MixerConfig field the type reads: its mixer_dims key, whether validate() requires it
+  /// > 0, and its default when mixer_dims lacks it (from the fields read before it; null: required).
+  struct Dim {
+    const char* key;
+    int MixerConfig::*field;
+    bool positive;
+    int (*fallback)(const MixerConfig&);
+  };
+  /// A weight vector of MixerParams; [lo, hi]: the values random test and demo weights draw.
+  struct Weight {
+    const char* name;
+    std::vector<float> MixerParams::*field;
+    int64_t (*size)(const MixerConfig&);
+    bool optional;  // empty allowed
+    float lo, hi;
+  };
+  /// A per-token input of MixerInputs, [T, shape...], float32 and contiguous; `name` is what
+  /// errors call it. [lo, hi]: the values random test and demo inputs draw.
+  struct Input {
+    enum class When : uint8_t { always, raw, convolved };  // raw / convolved: by MixerInputs::x_is_convolved
+    const char* name;
+    TensorView MixerInputs::*field;
+    MixerShape (*shape)(const MixerConfig&);
+    bool optional;  // may be absent (null data)
+    When when;
+    float lo, hi;
+  };
+
+  MambaType type;
+  std::vector<Dim> dims;                    // in from_dims order (validate() checks them in it too)
+  void (*check)(const MixerConfig&);        // rules across fields (divisibility, sums); may be null
+  int (*conv_dim)(const MixerConfig&);      // 0: no convolution
+  bool conv_silu;                           // SiLU after the conv
+  MixerShape (*ssm_state)(const MixerConfig&);  // per slot; heads (or channels) first
+  MixerShape (*out)(const MixerConfig&);        // per token
+  bool chunked;                             // has a chunked prefill form (MixerParams::chunk_size)
+  const char* scan_unit;                    // what the scan splits into tasks: "heads" / "channels"
+  float (*default_scale)(const MixerConfig&);  // MixerParams::scale 0 → this; null → 1
+  std::vector<Weight> weights;              // besides conv_weight [conv_dim, d_conv] and conv_bias [conv_dim]
+  std::vector<Input> inputs;                // in the order they are checked
+};
+/// The row of `type` (every MambaType has one).
+const MixerTypeInfo& mixer_type_info(MambaType type);
 
 /// The step's sequences as a mixer sees them: where each one's tokens are, which state slot it
 /// owns, and whether that slot holds a state to continue (chunked prefill, prefix reuse, decode)
@@ -181,20 +244,20 @@ struct MixerArgs {
 
 /// One mixer layer served by one backend: plan once per step, run once per layer. Holds only
 /// what `create` set up; run() and conv() are const and safe to call from several threads for
-/// different layers (one Workspace each).
+/// different layers (one Workspace each). The built-ins share one implementation of this
+/// interface (src/mamba/mixer_base.hpp); a custom mixer may wrap one (create_mixer) or implement it.
 class MixerImpl {
  public:
-  explicit MixerImpl(MixerParams params);
   virtual ~MixerImpl() = default;
   const MixerParams& params() const { return params_; }
   const std::string& backend_name() const { return backend_; }
 
   /// Validates the step's batch against a state cache of `num_slots` slots once and plans the
   /// work (see MixerPlan). Serves every layer with this backend, config, chunk_size and threads.
-  std::shared_ptr<const MixerPlan> plan(const MixerBatch& md, int32_t num_slots) const;
+  virtual std::shared_ptr<const MixerPlan> plan(const MixerBatch& md, int32_t num_slots) const = 0;
   /// The whole mixer for a mixed batch of prefill and decode sequences under `plan`. Checks are
   /// O(1); with a workspace of plan.workspace_bytes() the run allocates nothing.
-  void run(const MixerPlan& plan, const MixerArgs& args) const;
+  virtual void run(const MixerPlan& plan, const MixerArgs& args) const = 0;
   /// One call: plan + run with a scratch of its own (tests, one-off calls). out: [T, d_inner]
   /// (mamba1, mamba2, short_conv) or [T, num_heads, head_v_dim] (linear, gdn).
   void forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
@@ -202,72 +265,100 @@ class MixerImpl {
   /// Causal depthwise conv1d over this step's tokens, continuing each sequence's conv state and
   /// leaving its last d_conv - 1 inputs behind; SiLU after it except for short_conv.
   /// x, out: [T, conv_dim] (out may alias x only if it is a distinct buffer: no in-place).
-  void conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
-            Workspace* workspace = nullptr) const;
+  virtual void conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
+                    Workspace* workspace = nullptr) const = 0;
   void conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const;
   /// The kernel variant that runs ("avx512" / "generic"), fixed when the mixer is created: the
   /// best this CPU runs, or the build env ATTN_CPU_ISA forces (avx512_bf16 / amx run avx512,
   /// avx2 runs generic; an unknown name or a build this CPU cannot run → attn::Error).
-  virtual std::string variant() const;
+  virtual std::string variant() const = 0;
 
  protected:
-  /// Per-thread scratch of one run: block omp_get_thread_num() of the workspace.
-  struct Scratch {
-    char* base = nullptr;
-    std::size_t stride = 0;
-    float* buffer = nullptr;  // the plan's buffer_floats
-    float* mine() const;
-  };
-  /// The per-layer checks of run() and conv(): the plan is this layer's, the state cache has the
-  /// planned config and slots. Returns the run's scratch (in `workspace`, or `own` when null).
-  Scratch begin(const MixerPlan& plan, MambaStateCache* state, Workspace* workspace, Workspace& own) const;
-  /// The backend's run once the plan, state and out passed the checks (inputs still unchecked).
-  virtual void run_checked(const MixerPlan& plan, const MixerInputs& in, MambaStateCache& state, const TensorView& out,
-                           const Scratch& scratch) const = 0;
-  /// Heads (mamba1: channels) per scan task for a batch of `num_seqs` sequences.
-  virtual int64_t plan_head_block(int32_t num_seqs, int threads) const;
-  /// Per-thread scratch floats of one scan task over a sequence of `len` tokens.
-  virtual int64_t scan_scratch_floats(int64_t len, int64_t head_block) const;
-  /// The conv under a plan whose checks passed (run() and conv() share it).
-  void run_conv(const MixerPlan& plan, const float* x, MambaStateCache& state, float* out, const Scratch& scratch) const;
-  bool use_avx512() const { return avx512_; }
+  /// Validates `params` (attn::Error naming the field).
+  explicit MixerImpl(MixerParams params);
   MixerParams params_;
 
  private:
-  friend std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params);
+  friend class MixerRegistry;  // names the backend that made it
   std::string backend_;
-  bool avx512_ = false;
-  std::vector<float> conv_taps_;  // [d_conv, conv_dim]: conv_weight transposed once, for conv()
 };
+
+/// What a mixer backend serves, as data. check_mixer_capabilities turns MixerCapabilities ×
+/// MambaType × Platform into Reasons in a fixed order — platform, mamba_type, then
+/// compute_capability (cuda) or cpu_features (cpu) — with the platform checks of the attention
+/// backends' check_capabilities.
+struct MixerCapabilities {
+  std::vector<MambaType> types;                      // the mixer types it serves
+  std::vector<PlatformKind> platforms{PlatformKind::cpu};
+  std::vector<CpuFeature> required_cpu_features;     // all required (cpu platform)
+  std::optional<ComputeCapability> min_cc, max_cc;   // cuda platform
+};
+std::vector<Reason> check_mixer_capabilities(const MixerCapabilities& caps, MambaType type, const Platform& platform);
 
 struct MixerDescriptor {
   std::string name;
   std::string summary;
-  std::vector<MambaType> types;  // the mixer types it serves
+  MixerCapabilities caps;
   std::function<std::string(const Platform&)> variant;
   std::function<std::unique_ptr<MixerImpl>(const MixerParams&)> create;
 };
 
-/// Adds a mixer backend (how a `custom` mixer is provided). Throws if the name is taken.
+/// The mixer backends: the built-ins (src/mamba/mixer_list.inc), then what add() registered, in
+/// that order. No static-initializer self-registration: the list is filled on first use.
+class MixerRegistry {
+ public:
+  /// The process-wide registry (register_mixer, mixer_backends, find_mixer and create_mixer use it).
+  static MixerRegistry& instance();
+  /// A registry of its own holding the built-ins only: what a caller adds to it (a test's
+  /// stand-in mixers) never reaches instance(). Select from it with MambaSelectOptions::registry.
+  static std::unique_ptr<MixerRegistry> with_builtins();
+
+  /// Adds a mixer backend (how a `custom` mixer is provided). Throws attn::Error for an empty
+  /// name, no types served, a null factory, or a name already registered.
+  void add(MixerDescriptor desc);
+  std::vector<std::shared_ptr<const MixerDescriptor>> backends() const;
+  std::shared_ptr<const MixerDescriptor> find(const std::string& name) const;  // names ignore case
+  std::vector<std::string> names() const;
+  /// Builds a mixer; unknown name, or a type the backend does not serve → attn::Error listing
+  /// what is known.
+  std::unique_ptr<MixerImpl> create(const std::string& backend, const MixerParams& params) const;
+  /// Changes on every add(), and no two registries share a value; select_mamba's memo keys on it.
+  uint64_t generation() const;
+
+  MixerRegistry();  // empty; instance() and with_builtins() add the built-ins
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::vector<std::shared_ptr<const MixerDescriptor>> list_;
+  uint64_t generation_;
+};
+
+/// MixerRegistry::instance().add(desc).
 void register_mixer(MixerDescriptor desc);
-/// Built-ins (src/mamba/mixer_list.inc) then registered ones, in order.
+/// MixerRegistry::instance().backends(): built-ins then registered ones, in order.
 std::vector<std::shared_ptr<const MixerDescriptor>> mixer_backends();
 std::shared_ptr<const MixerDescriptor> find_mixer(const std::string& name);
-/// Builds a mixer; unknown name → attn::Error listing the known mixer backends.
+/// MixerRegistry::instance().create(backend, params).
 std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params);
 
 struct MambaSelectOptions {
   std::string backend;      // forced ("" or "auto" = none): highest precedence
   bool use_env = true;      // then env ATTN_MAMBA_BACKEND
   std::optional<Platform> platform;  // default: this machine's CPU
+  MixerRegistry* registry = nullptr;  // the mixers to choose from; default MixerRegistry::instance()
 };
 
-/// The mixer backend for a layer type: a deterministic mapping (mamba1→mamba1, mamba2→mamba2,
-/// short_conv→short_conv, linear_attention→linear, gdn_attention→gdn, custom→the registered
-/// one). Memoised and thread-safe like select() (the same memo, forced-backend precedence and
+/// The mixer backend for a layer type on the platform: the first registered one whose
+/// capabilities serve both (mamba1→mamba1, mamba2→mamba2, short_conv→short_conv,
+/// linear_attention→linear, gdn_attention→gdn, custom→the registered one; every built-in is a CPU
+/// mixer). Memoised and thread-safe like select() (the same memo, forced-backend precedence and
 /// unknown-backend error; names ignore case). The Decision has no config; its notes name the
-/// type, its candidates list every mixer backend with a `mamba_type` reason where it does not serve it.
+/// type, its candidates list every mixer backend with its reasons (platform, mamba_type, ...).
+/// None valid → attn::Error listing each candidate with its reasons.
 Decision select_mamba(MambaType type, const MambaSelectOptions& options = {});
+/// Same as select_mamba() but returns the decision even when no mixer backend is valid (backend
+/// empty; the candidates carry the reasons). Forced-backend errors still throw.
+Decision explain_mamba(MambaType type, const MambaSelectOptions& options = {});
 void clear_mamba_selector_cache();
 SelectorCacheStats mamba_selector_cache_stats();
 

@@ -103,13 +103,16 @@ void bind_select(nb::module_& m) {
       nb::dict r;
       r["name"] = d->name, r["summary"] = d->summary;
       std::vector<std::string> types;
-      for (auto t : d->types) types.emplace_back(to_string(t));
+      for (auto t : d->caps.types) types.emplace_back(to_string(t));
       r["types"] = types;
+      std::vector<std::string> platforms;
+      for (auto k : d->caps.platforms) platforms.emplace_back(to_string(k));
+      r["platforms"] = platforms;
       r["variant"] = d->variant ? d->variant(detect_cpu()) : std::string();
       out.push_back(r);
     }
     return out;
-  }, "Every mixer backend: name, summary, the mixer types it serves, its kernel variant here.");
+  }, "Every mixer backend: name, summary, the mixer types and platforms it serves, its kernel variant here.");
 
   nb::class_<ModelLayer>(m, "ModelLayer", "One layer of a model: attention (with its LayerConfig) or a mixer.")
       .def_ro("index", &ModelLayer::index)

@@ -169,6 +169,7 @@ def test_select_mamba_and_mixer_plans():
     d = attn.select_mamba("mamba2")
     assert d.backend and any(c.backend == d.backend and c.valid for c in d.candidates)
     assert [m for m in attn.mixer_backends() if "mamba2" in m["types"]]
+    assert all(m["platforms"] == ["cpu"] for m in attn.mixer_backends())
     with pytest.raises(ValueError, match="mamba1"):  # the error lists the valid types
         attn.select_mamba("mamba3")
     p = attn.plan("mamba-130m")

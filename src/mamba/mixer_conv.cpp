@@ -1,4 +1,4 @@
-// MixerImpl::conv: the causal depthwise conv1d every conv mixer starts with, continuing each
+// MixerBase::conv: the causal depthwise conv1d every conv mixer starts with, continuing each
 // sequence's conv state (its last d_conv - 1 inputs) and leaving the new one behind. Checks, the
 // task split and the state update here; the row loop in conv_kernel.inc.
 #include <algorithm>
@@ -6,11 +6,12 @@
 
 #include "attn/error.hpp"
 #include "mamba/conv_kernel.hpp"
+#include "mamba/mixer_base.hpp"
 #include "mamba/mixer_support.hpp"
 
 namespace attn {
 
-void MixerImpl::conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
+void mixer::MixerBase::conv(const MixerPlan& plan, const TensorView& x, MambaStateCache& state, const TensorView& out,
                      Workspace* workspace) const {
   const MixerConfig& c = params_.config;
   const int64_t dim = c.conv_dim();
@@ -23,16 +24,13 @@ void MixerImpl::conv(const MixerPlan& plan, const TensorView& x, MambaStateCache
   run_conv(plan, x.ptr<const float>(), state, out.ptr<float>(), scratch);
 }
 
-void MixerImpl::conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const {
-  conv(*plan(md, state.num_slots()), x, state, out);
-}
-
-void MixerImpl::run_conv(const MixerPlan& plan, const float* x, MambaStateCache& state, float* out,
+void mixer::MixerBase::run_conv(const MixerPlan& plan, const float* x, MambaStateCache& state, float* out,
                          const Scratch& scratch) const {
   const MixerConfig& c = params_.config;
   const MixerBatch& md = plan.batch;
   const int64_t dim = c.conv_dim(), K = c.d_conv, Hs = K - 1;
   auto kernel = use_avx512() ? mixer::avx512::conv_rows : mixer::generic::conv_rows;
+  const bool silu = mixer_type_info(c.type).conv_silu;
   // Task = (sequence, kConvTokens tokens), every channel (the plan's conv_first_task).
   const std::vector<int64_t>& first_task = plan.conv_first_task;
   mixer::parallel_tasks(first_task.back(), plan.threads, [&](int64_t task) {
@@ -48,7 +46,7 @@ void MixerImpl::run_conv(const MixerPlan& plan, const float* x, MambaStateCache&
     r.begin = (task - first_task[s]) * mixer::kConvTokens;
     r.end = std::min<int64_t>(md.query_len(s), r.begin + mixer::kConvTokens);
     r.has_initial_state = md.has_initial_state[s];
-    r.silu = c.type != MambaType::short_conv;
+    r.silu = silu;
     kernel(r);
   });
   // The new states, once every task has read the old ones: the last Hs inputs of each sequence,

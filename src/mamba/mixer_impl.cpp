@@ -1,10 +1,12 @@
-// MixerImpl base: ISA choice and the checks every backend shares (the conv is in mixer_conv.cpp).
+// MixerImpl (params, forward, the one-call conv) and MixerBase: ISA choice and conv taps (its plan
+// and checks are in mixer_plan.cpp, the conv in mixer_conv.cpp).
 
 #include <vector>
 
 #include "attn/error.hpp"
 #include "attn/platform.hpp"
 #include "cpu/isa.hpp"
+#include "mamba/mixer_base.hpp"
 #include "mamba/mixer_support.hpp"
 
 namespace attn {
@@ -17,7 +19,6 @@ std::string chosen_isa(const Platform& p) {
 
 std::string descriptor_variant(const Platform& p) { return chosen_isa(p); }
 
-
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents) {
   // Runs per layer per step: no string is built unless a check fails.
   ATTN_REQUIRE(t.data != nullptr, name, "null", "a tensor of shape with extents given by the mixer config");
@@ -25,11 +26,36 @@ void check_input(const TensorView& t, const char* name, std::initializer_list<in
   ATTN_REQUIRE(t.is_contiguous(), std::string(name) + ".strides", t.shape_string(), "a contiguous tensor");
 }
 
+void check_input(const TensorView& t, const char* name, int64_t tokens, const MixerShape& shape) {
+  const int64_t* d = shape.dims;
+  switch (shape.rank) {
+    case 0: check_input(t, name, {tokens}); break;
+    case 1: check_input(t, name, {tokens, d[0]}); break;
+    case 2: check_input(t, name, {tokens, d[0], d[1]}); break;
+    default: check_input(t, name, {tokens, d[0], d[1], d[2]}); break;
+  }
+}
+
 }  // namespace mixer
 
 MixerImpl::MixerImpl(MixerParams params) : params_(std::move(params)), backend_(to_string(params_.config.type)) {
   params_.validate();
-  avx512_ = mixer::chosen_isa(detect_cpu()) == "avx512";
+}
+
+void MixerImpl::forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const {
+  MixerArgs args;
+  args.in = in, args.state = &state, args.out = out;
+  run(*plan(md, state.num_slots()), args);
+}
+
+void MixerImpl::conv(const TensorView& x, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const {
+  conv(*plan(md, state.num_slots()), x, state, out);
+}
+
+namespace mixer {
+
+MixerBase::MixerBase(MixerParams params) : MixerImpl(std::move(params)) {
+  avx512_ = chosen_isa(detect_cpu()) == "avx512";
   const int64_t dim = params_.config.conv_dim(), K = params_.config.d_conv;
   if (dim > 0 && !params_.conv_weight.empty()) {
     conv_taps_.resize(std::size_t(dim * K));
@@ -38,6 +64,8 @@ MixerImpl::MixerImpl(MixerParams params) : params_(std::move(params)), backend_(
   }
 }
 
-std::string MixerImpl::variant() const { return avx512_ ? "avx512" : "generic"; }
+std::string MixerBase::variant() const { return avx512_ ? "avx512" : "generic"; }
+
+}  // namespace mixer
 
 }  // namespace attn

@@ -1,4 +1,4 @@
-// MixerImpl::plan and MixerPlan: the step's batch validated once, the chunked / recurrent form
+// MixerBase::plan, its run-time checks, and MixerPlan: the step's batch validated once, the chunked / recurrent form
 // of every sequence, the conv and scan task split and the scratch a run takes from a Workspace.
 #include <omp.h>
 
@@ -7,6 +7,7 @@
 
 #include "attn/error.hpp"
 #include "mamba/conv_kernel.hpp"
+#include "mamba/mixer_base.hpp"
 #include "mamba/mixer_support.hpp"
 
 namespace attn {
@@ -32,7 +33,7 @@ std::string MixerPlan::to_string() const {
   std::ostringstream os;
   os << backend << " plan: " << config.to_string() << ", " << batch.num_seqs << " seqs, " << batch.num_tokens
      << " tokens, " << num_slots << " slots, chunk " << chunk_size << ", " << threads << " threads, " << head_block
-     << (config.type == MambaType::mamba1 ? " channels" : " heads") << " per task, workspace " << workspace_bytes()
+     << " " << mixer_type_info(config.type).scan_unit << " per task, workspace " << workspace_bytes()
      << " bytes; seqs [";
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int32_t len = batch.query_len(s);
@@ -53,14 +54,14 @@ std::string MixerPlan::to_string() const {
   return os.str();
 }
 
-int64_t MixerImpl::plan_head_block(int32_t, int) const { return 1; }
-int64_t MixerImpl::scan_scratch_floats(int64_t, int64_t) const { return 0; }
+int64_t mixer::MixerBase::plan_head_block(int32_t, int) const { return 1; }
+int64_t mixer::MixerBase::scan_scratch_floats(int64_t, int64_t) const { return 0; }
 
-std::shared_ptr<const MixerPlan> MixerImpl::plan(const MixerBatch& md, int32_t num_slots) const {
+std::shared_ptr<const MixerPlan> mixer::MixerBase::plan(const MixerBatch& md, int32_t num_slots) const {
   md.validate(num_slots);
   auto p = std::make_shared<MixerPlan>();
   const MixerConfig& c = params_.config;
-  p->backend = backend_;
+  p->backend = backend_name();
   p->config = c;
   p->chunk_size = c.has_chunked_form() ? params_.chunk_size : 0;
   p->threads = cpu::team_size(params_.num_threads);
@@ -79,13 +80,14 @@ std::shared_ptr<const MixerPlan> MixerImpl::plan(const MixerBatch& md, int32_t n
   return p;
 }
 
-float* MixerImpl::Scratch::mine() const {
+float* mixer::MixerBase::Scratch::mine() const {
   return reinterpret_cast<float*>(base + std::size_t(omp_get_thread_num()) * stride);
 }
 
-MixerImpl::Scratch MixerImpl::begin(const MixerPlan& plan, MambaStateCache* state_ptr, Workspace* workspace,
+mixer::MixerBase::Scratch mixer::MixerBase::begin(const MixerPlan& plan, MambaStateCache* state_ptr, Workspace* workspace,
                                     Workspace& own) const {
-  ATTN_REQUIRE(plan.backend == backend_, "plan.backend", plan.backend, "a plan made by " + backend_ + " (this layer's backend)");
+  ATTN_REQUIRE(plan.backend == backend_name(), "plan.backend", plan.backend,
+               "a plan made by " + backend_name() + " (this layer's backend)");
   ATTN_REQUIRE(plan.config == params_.config, "plan.config", plan.config.to_string(),
                "this layer's " + params_.config.to_string() + " (plans are shared only by equal configs)");
   const int chunk = params_.config.has_chunked_form() ? params_.chunk_size : 0;
@@ -104,22 +106,11 @@ MixerImpl::Scratch MixerImpl::begin(const MixerPlan& plan, MambaStateCache* stat
   return {base + plan.thread_scratch_offset(), plan.thread_scratch_stride(), reinterpret_cast<float*>(base)};
 }
 
-void MixerImpl::run(const MixerPlan& plan, const MixerArgs& args) const {
+void mixer::MixerBase::run(const MixerPlan& plan, const MixerArgs& args) const {
   Workspace own;
   const Scratch scratch = begin(plan, args.state, args.workspace, own);
-  const MixerConfig& c = params_.config;
-  if (c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention) {
-    mixer::check_input(args.out, "out", {plan.batch.num_tokens, c.num_heads, c.head_v_dim});
-  } else {
-    mixer::check_input(args.out, "out", {plan.batch.num_tokens, c.out_dim()});
-  }
+  mixer::check_input(args.out, "out", plan.batch.num_tokens, mixer_type_info(params_.config.type).out(params_.config));
   run_checked(plan, args.in, *args.state, args.out, scratch);
-}
-
-void MixerImpl::forward(const MixerInputs& in, MambaStateCache& state, const MixerBatch& md, const TensorView& out) const {
-  MixerArgs args;
-  args.in = in, args.state = &state, args.out = out;
-  run(*plan(md, state.num_slots()), args);
 }
 
 }  // namespace attn

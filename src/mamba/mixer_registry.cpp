@@ -1,12 +1,12 @@
-// The mixer backend registry: the built-ins of mixer_list.inc, plus register_mixer() for custom
-// mixers. No static-initializer self-registration: the list is read on first use.
+// The mixer backend registry: the built-ins of mixer_list.inc, plus add() / register_mixer() for
+// custom mixers. No static-initializer self-registration: the list is read on first use.
+#include <algorithm>
+#include <atomic>
 #include <mutex>
-#include <shared_mutex>
 
 #include "attn/error.hpp"
 #include "attn/mamba.hpp"
 #include "core/names.hpp"
-#include "mamba/mixer_registry.hpp"
 
 #define ATTN_MIXER(name) attn::MixerDescriptor name##_mixer_descriptor();
 #include "mamba/mixer_list.inc"
@@ -15,21 +15,11 @@
 namespace attn {
 
 namespace {
-struct MixerRegistry {
-  std::shared_mutex mu;
-  std::vector<std::shared_ptr<const MixerDescriptor>> list;
-  uint64_t generation = 0;
 
-  MixerRegistry() {
-#define ATTN_MIXER(name) list.push_back(std::make_shared<const MixerDescriptor>(name##_mixer_descriptor()));
-#include "mamba/mixer_list.inc"
-#undef ATTN_MIXER
-  }
-};
-
-MixerRegistry& registry() {
-  static MixerRegistry r;
-  return r;
+// Process-wide, so a generation names one state of one mixer registry (select_mamba's memo key).
+uint64_t next_generation() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 std::vector<std::string> names_of(const std::vector<std::shared_ptr<const MixerDescriptor>>& list) {
@@ -37,54 +27,85 @@ std::vector<std::string> names_of(const std::vector<std::shared_ptr<const MixerD
   for (const auto& d : list) names.push_back(d->name);
   return names;
 }
+
+std::string types_text(const std::vector<MambaType>& types) {
+  std::vector<std::string> names;
+  for (MambaType t : types) names.emplace_back(to_string(t));
+  return join(names);
+}
+
+void add_builtins(MixerRegistry& r) {
+#define ATTN_MIXER(name) r.add(name##_mixer_descriptor());
+#include "mamba/mixer_list.inc"
+#undef ATTN_MIXER
+}
+
 }  // namespace
 
-void register_mixer(MixerDescriptor desc) {
+MixerRegistry::MixerRegistry() : generation_(next_generation()) {}
+
+MixerRegistry& MixerRegistry::instance() {
+  static MixerRegistry r;
+  static const bool filled = (add_builtins(r), true);  // once, before any caller sees r
+  (void)filled;
+  return r;
+}
+
+std::unique_ptr<MixerRegistry> MixerRegistry::with_builtins() {
+  auto r = std::make_unique<MixerRegistry>();
+  add_builtins(*r);
+  return r;
+}
+
+void MixerRegistry::add(MixerDescriptor desc) {
   require(!desc.name.empty(), "desc.name", "''", "a non-empty backend name");
-  require(!desc.types.empty(), "desc.types", "[]", "at least one mixer type served");
+  require(!desc.caps.types.empty(), "desc.caps.types", "[]", "at least one mixer type served");
   require(bool(desc.create), "desc.create", "null", "a factory");
-  MixerRegistry& r = registry();
-  std::unique_lock lock(r.mu);
-  for (const auto& d : r.list)
-    require(d->name != desc.name, "desc.name", desc.name, "a name not already registered (" + join(names_of(r.list)) + ")");
-  r.list.push_back(std::make_shared<const MixerDescriptor>(std::move(desc)));
-  ++r.generation;
+  std::unique_lock lock(mu_);
+  for (const auto& d : list_)
+    require(d->name != desc.name, "desc.name", desc.name, "a name not already registered (" + join(names_of(list_)) + ")");
+  list_.push_back(std::make_shared<const MixerDescriptor>(std::move(desc)));
+  generation_ = next_generation();
 }
 
-std::vector<std::shared_ptr<const MixerDescriptor>> mixer_backends() {
-  MixerRegistry& r = registry();
-  std::shared_lock lock(r.mu);
-  return r.list;
+std::vector<std::shared_ptr<const MixerDescriptor>> MixerRegistry::backends() const {
+  std::shared_lock lock(mu_);
+  return list_;
 }
 
-uint64_t mixer_registry_generation() {
-  MixerRegistry& r = registry();
-  std::shared_lock lock(r.mu);
-  return r.generation;
+uint64_t MixerRegistry::generation() const {
+  std::shared_lock lock(mu_);
+  return generation_;
 }
 
-std::shared_ptr<const MixerDescriptor> find_mixer(const std::string& name) {
-  for (const auto& d : mixer_backends())
+std::shared_ptr<const MixerDescriptor> MixerRegistry::find(const std::string& name) const {
+  for (const auto& d : backends())
     if (detail::same_backend_name(d->name, name)) return d;
   return nullptr;
 }
 
-std::vector<std::string> mixer_backend_names() { return names_of(mixer_backends()); }
+std::vector<std::string> MixerRegistry::names() const { return names_of(backends()); }
 
-std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params) {
-  auto d = find_mixer(backend);
-  if (!d) {
-    throw Error("mixer backend '" + backend + "' unknown (known mixer backends: " + join(mixer_backend_names()) + ")");
-  }
-  bool serves = false;
-  for (MambaType t : d->types) serves |= t == params.config.type;
-  std::vector<std::string> types;
-  for (MambaType t : d->types) types.emplace_back(to_string(t));
+std::unique_ptr<MixerImpl> MixerRegistry::create(const std::string& backend, const MixerParams& params) const {
+  auto d = find(backend);
+  if (!d) throw Error("mixer backend '" + backend + "' unknown (known mixer backends: " + join(names()) + ")");
+  const std::vector<MambaType>& types = d->caps.types;
+  const bool serves = std::find(types.begin(), types.end(), params.config.type) != types.end();
   require(serves, "params.config.type", to_string(params.config.type),
-          "a type mixer backend '" + backend + "' serves (" + join(types) + ")");
+          "a type mixer backend '" + backend + "' serves (" + types_text(types) + ")");
   std::unique_ptr<MixerImpl> impl = d->create(params);
   impl->backend_ = backend;  // plans name the backend that made them
   return impl;
+}
+
+void register_mixer(MixerDescriptor desc) { MixerRegistry::instance().add(std::move(desc)); }
+
+std::vector<std::shared_ptr<const MixerDescriptor>> mixer_backends() { return MixerRegistry::instance().backends(); }
+
+std::shared_ptr<const MixerDescriptor> find_mixer(const std::string& name) { return MixerRegistry::instance().find(name); }
+
+std::unique_ptr<MixerImpl> create_mixer(const std::string& backend, const MixerParams& params) {
+  return MixerRegistry::instance().create(backend, params);
 }
 
 }  // namespace attn

@@ -72,6 +72,8 @@ std::string chosen_isa(const Platform& p);
 
 /// float32, contiguous, exact extents; `name` is the argument named in the error.
 void check_input(const TensorView& t, const char* name, std::initializer_list<int64_t> extents);
+/// The same for a [tokens, shape...] tensor.
+void check_input(const TensorView& t, const char* name, int64_t tokens, const MixerShape& shape);
 
 /// Runs task(i) for i in [0, n) over OpenMP threads (dynamic: sequences differ in length).
 template <typename F>
@@ -112,17 +114,6 @@ void for_each_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t h
   });
 }
 
-/// for_each_seq_heads with a chunked-form kernel: scan(args, t0, len, h0, h1, plan.chunk_size,
-/// state, scratch) (mamba2, linear, gdn).
-template <typename Scratch, typename ScanFn, typename ScanArgs>
-void scan_seq_heads(const MixerPlan& plan, MambaStateCache& state, int64_t heads, int64_t head_floats,
-                    const Scratch& scratch, ScanFn* scan, const ScanArgs& args) {
-  for_each_seq_heads(plan, state, heads, head_floats, scratch,
-                     [&](int64_t t0, int64_t len, int64_t h0, int64_t h1, float* S, float* task_scratch) {
-                       scan(args, t0, len, h0, h1, plan.chunk_size, S, task_scratch);
-                     });
-}
-
 /// Heads per task for mixers whose heads share per-chunk work in groups of `group` consecutive
 /// heads: the largest divisor of `group` (so a task never straddles two groups) that is at most
 /// `cap` and still leaves every thread about four of the `seq_heads` (sequences × heads) / block
@@ -142,7 +133,7 @@ MixerDescriptor make_descriptor(std::string name, std::string summary, MambaType
   MixerDescriptor d;
   d.name = std::move(name);
   d.summary = std::move(summary);
-  d.types = {type};
+  d.caps.types = {type};
   d.variant = descriptor_variant;
   d.create = [](const MixerParams& p) -> std::unique_ptr<MixerImpl> { return std::make_unique<Impl>(p); };
   return d;

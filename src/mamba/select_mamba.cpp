@@ -1,12 +1,15 @@
-// select_mamba: MambaType (× forced backend) → Decision. The mapping is the registry's data
-// (each descriptor lists the types it serves; the first registered wins). The memo, the
+// select_mamba: MambaType × Platform (× forced backend) → Decision. The mapping is the registry's
+// data (each descriptor's capabilities: the types it serves, its platforms; the first registered
+// valid one wins), checked with the attention checker's platform checks. The memo, the
 // forced-backend precedence and the unknown-backend error are the attention selector's
 // (select/selection.hpp).
 #include "attn/mamba.hpp"
 
+#include <algorithm>
+
 #include "attn/error.hpp"
 #include "core/names.hpp"
-#include "mamba/mixer_registry.hpp"
+#include "select/platform_checks.hpp"
 #include "select/selection.hpp"
 
 namespace attn {
@@ -22,54 +25,48 @@ Memo& memo() {
   return m;
 }
 
-bool serves(const MixerDescriptor& d, MambaType t) {
-  for (MambaType x : d.types)
-    if (x == t) return true;
-  return false;
-}
-
-std::string types_text(const MixerDescriptor& d) {
-  std::vector<std::string> names;
-  for (MambaType t : d.types) names.emplace_back(to_string(t));
-  return join(names);
-}
-
-Outcome decide(MambaType type, const ForcedBackend& forced, const Platform& platform) {
+Outcome decide(const MixerRegistry& reg, MambaType type, const ForcedBackend& forced, const Platform& platform) {
   Outcome o;
-  o.error_always = true;  // select_mamba has no explain(): every error throws
   const std::string type_name(to_string(type));
-  const auto forced_desc = forced.name.empty() ? nullptr : find_mixer(forced.name);  // any case
+  const auto forced_desc = forced.name.empty() ? nullptr : reg.find(forced.name);  // any case
   if (!forced.name.empty() && !forced_desc) {
-    o.error = detail::unknown_backend_error("mixer", forced, mixer_backend_names());
+    o.error = detail::unknown_backend_error("mixer", forced, reg.names());
+    o.error_always = true;
     return o;
   }
-  const auto backends = mixer_backends();
+  const auto backends = reg.backends();
   Decision& d = o.decision;
   d.platform = platform.to_string();
   d.forced_by = forced.by;
   d.notes.push_back("mixer layer: mamba_type=" + type_name);
-  std::shared_ptr<const MixerDescriptor> chosen = forced_desc;
-  std::vector<std::string> would_serve;
+  std::shared_ptr<const MixerDescriptor> chosen;
+  std::size_t forced_index = backends.size();
+  std::vector<std::string> would_serve, why_not;
   for (std::size_t i = 0; i < backends.size(); ++i) {
     const MixerDescriptor& b = *backends[i];
-    Candidate c{b.name, serves(b, type), int(i), {}};
+    Candidate c{b.name, false, int(i), check_mixer_capabilities(b.caps, type, platform)};
+    c.valid = c.reasons.empty();
     if (c.valid) {
       would_serve.push_back(b.name);
       if (!chosen) chosen = backends[i];
     } else {
-      c.reasons.push_back(Reason{ReasonField::mamba_type, type_name, "one of " + types_text(b)});
+      why_not.push_back(b.name + ": " + detail::reasons_text(c.reasons));
     }
     d.candidates.push_back(std::move(c));
+    if (backends[i] == forced_desc) forced_index = i;
   }
-  if (forced_desc && !serves(*forced_desc, type)) {
+  if (forced_index < backends.size() && !d.candidates[forced_index].valid) {
     o.error = "mixer backend '" + forced.name + "' (forced by " + forced.by + ") cannot serve mamba_type=" + type_name +
-              ": it serves " + types_text(*forced_desc) + "; backends that would: " +
+              " on " + d.platform + ": " + detail::reasons_text(d.candidates[forced_index].reasons) + "; backends that would: " +
               (would_serve.empty() ? std::string("none") : join(would_serve));
+    o.error_always = true;
     return o;
   }
+  if (forced_desc) chosen = forced_desc;
   if (!chosen) {
-    o.error = "no mixer backend serves mamba_type=" + type_name + " (known mixer backends: " + join(mixer_backend_names()) +
-              "); provide one with attn::register_mixer(MixerDescriptor{.types = {MambaType::" + type_name + "}, ...})";
+    o.error = "no mixer backend serves mamba_type=" + type_name + " on " + d.platform + ". Reasons: {" + join(why_not, ", ") +
+              "}; provide one with attn::register_mixer(MixerDescriptor{.caps = {.types = {MambaType::" + type_name +
+              "}}, ...})";
     return o;
   }
   d.backend = chosen->name;
@@ -77,14 +74,37 @@ Outcome decide(MambaType type, const ForcedBackend& forced, const Platform& plat
   return o;
 }
 
-}  // namespace
-
-Decision select_mamba(MambaType type, const MambaSelectOptions& options) {
+Outcome lookup(MambaType type, const MambaSelectOptions& options) {
   // Precedence: argument > env ATTN_MAMBA_BACKEND.
   ForcedBackend forced = detail::forced_backend({{options.backend, "argument"}}, options.use_env, "ATTN_MAMBA_BACKEND");
   const Platform& platform = options.platform ? *options.platform : detect_cpu();
-  Memo::Key key{type, detail::platform_key(platform, options.platform.has_value()), forced, mixer_registry_generation()};
-  return detail::decision_or_throw(memo().get(std::move(key), [&] { return decide(type, forced, platform); }));
+  const MixerRegistry& reg = options.registry ? *options.registry : MixerRegistry::instance();
+  // Generations are unique across mixer registries, so the key also tells registries apart.
+  Memo::Key key{type, detail::platform_key(platform, options.platform.has_value()), forced, reg.generation()};
+  return memo().get(std::move(key), [&] { return decide(reg, type, forced, platform); });
+}
+
+}  // namespace
+
+std::vector<Reason> check_mixer_capabilities(const MixerCapabilities& caps, MambaType type, const Platform& platform) {
+  std::vector<Reason> reasons;
+  if (auto r = detail::platform_reason(caps.platforms, platform)) reasons.push_back(std::move(*r));
+  if (std::find(caps.types.begin(), caps.types.end(), type) == caps.types.end()) {
+    std::vector<std::string> types;
+    for (MambaType t : caps.types) types.emplace_back(to_string(t));
+    reasons.push_back(Reason{ReasonField::mamba_type, std::string(to_string(type)), "one of " + join(types)});
+  }
+  if (auto r = detail::machine_reason(caps.required_cpu_features, caps.min_cc, caps.max_cc, platform))
+    reasons.push_back(std::move(*r));
+  return reasons;
+}
+
+Decision select_mamba(MambaType type, const MambaSelectOptions& options) {
+  return detail::decision_or_throw(lookup(type, options));
+}
+
+Decision explain_mamba(MambaType type, const MambaSelectOptions& options) {
+  return detail::decision_or_throw(lookup(type, options), true);
 }
 
 void clear_mamba_selector_cache() { memo().clear(); }

@@ -17,14 +17,14 @@ bool same_group(const ModelLayer& a, const ModelLayer& b) {
 }
 
 void decide(PlanGroup& g, const ModelSpec& model, const Platform& platform, const SelectOptions& select) {
-  if (!g.is_attention()) {
-    MambaSelectOptions m;
-    m.platform = platform;
-    g.decision = select_mamba(g.sample.mixer, m);
-    return;
-  }
   try {
-    g.decision = explain(g.sample.attention, select);
+    if (g.is_attention()) {
+      g.decision = explain(g.sample.attention, select);
+    } else {
+      MambaSelectOptions m;
+      m.platform = platform;
+      g.decision = explain_mamba(g.sample.mixer, m);
+    }
   } catch (const Error& e) {
     throw Error("layers " + g.layer_ranges + " of " + model.name + ": " + e.what());
   }

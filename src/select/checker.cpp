@@ -1,11 +1,13 @@
 // The one generic capability checker: Capabilities × LayerConfig × Platform → Reasons, in the
-// fixed order documented in capabilities.hpp. It names no backend.
+// fixed order documented in capabilities.hpp. It names no backend. Its platform checks are the
+// mixer checker's too (platform_checks.hpp).
 #include <algorithm>
 #include <ostream>
 #include <sstream>
 
 #include "attn/capabilities.hpp"
 #include "core/names.hpp"
+#include "select/platform_checks.hpp"
 
 namespace attn {
 namespace {
@@ -38,6 +40,9 @@ struct Collector {
   std::vector<Reason> reasons;
   void add_if(bool failed, ReasonField field, std::string value, std::string expected) {
     if (failed) reasons.push_back({field, std::move(value), std::move(expected)});
+  }
+  void add(std::optional<Reason> reason) {
+    if (reason) reasons.push_back(std::move(*reason));
   }
 };
 
@@ -101,9 +106,35 @@ std::string SizeRule::describe() const {
   return s;
 }
 
+namespace detail {
+
+std::optional<Reason> platform_reason(const std::vector<PlatformKind>& platforms, const Platform& p) {
+  if (contains(platforms, p.kind)) return std::nullopt;
+  return Reason{ReasonField::platform, p.kind_name(), names(platforms)};
+}
+
+std::optional<Reason> machine_reason(const std::vector<CpuFeature>& required, const std::optional<ComputeCapability>& min_cc,
+                                     const std::optional<ComputeCapability>& max_cc, const Platform& p) {
+  if (p.kind == PlatformKind::cuda) {
+    const bool low = min_cc && p.cc < *min_cc;
+    const bool high = max_cc && p.cc > *max_cc;
+    if (!low && !high) return std::nullopt;
+    std::string range = min_cc && max_cc ? min_cc->to_string() + ".." + max_cc->to_string()
+                        : min_cc         ? ">= " + min_cc->to_string()
+                                         : "<= " + max_cc->to_string();
+    return Reason{ReasonField::compute_capability, p.cc.to_string(), range};
+  }
+  std::vector<CpuFeature> missing;
+  for (CpuFeature f : required) if (!p.has(f)) missing.push_back(f);
+  if (missing.empty()) return std::nullopt;
+  return Reason{ReasonField::cpu_features, "missing " + names(missing), "CPU with " + names(required)};
+}
+
+}  // namespace detail
+
 std::vector<Reason> check_capabilities(const Capabilities& caps, const LayerConfig& c, const Platform& p) {
   Collector r;
-  r.add_if(!contains(caps.platforms, p.kind), ReasonField::platform, p.kind_name(), names(caps.platforms));
+  r.add(detail::platform_reason(caps.platforms, p));
   if (c.is_attention_free || caps.attention_free) {
     // An attention-free layer has no attention shape to check; only the flag decides.
     r.add_if(c.is_attention_free != caps.attention_free, ReasonField::is_attention_free, b(c.is_attention_free),
@@ -136,18 +167,7 @@ std::vector<Reason> check_capabilities(const Capabilities& caps, const LayerConf
            caps.block_sparse ? "true (block-sparse layers only)" : "false (no block-sparse pattern)");
   r.add_if(c.use_per_head_quant_scales && !caps.per_head_quant_scales, ReasonField::use_per_head_quant_scales, "true",
            "false (per-tensor scales only)");
-  if (p.kind == PlatformKind::cuda) {
-    const bool low = caps.min_cc && p.cc < *caps.min_cc;
-    const bool high = caps.max_cc && p.cc > *caps.max_cc;
-    std::string range = caps.min_cc && caps.max_cc ? caps.min_cc->to_string() + ".." + caps.max_cc->to_string()
-                        : caps.min_cc          ? ">= " + caps.min_cc->to_string()
-                                               : caps.max_cc ? "<= " + caps.max_cc->to_string() : "any";
-    r.add_if(low || high, ReasonField::compute_capability, p.cc.to_string(), range);
-  } else {
-    std::vector<CpuFeature> missing;
-    for (CpuFeature f : caps.required_cpu_features) if (!p.has(f)) missing.push_back(f);
-    r.add_if(!missing.empty(), ReasonField::cpu_features, "missing " + names(missing), "CPU with " + names(caps.required_cpu_features));
-  }
+  r.add(detail::machine_reason(caps.required_cpu_features, caps.min_cc, caps.max_cc, p));
   r.add_if(!contains(caps.attn_types, c.attn_type), ReasonField::attn_type, std::string(to_string(c.attn_type)),
            "one of " + names(caps.attn_types));
   r.add_if(c.has_sliding_window() && !caps.sliding_window, ReasonField::sliding_window, std::to_string(c.sliding_window),

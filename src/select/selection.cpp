@@ -22,6 +22,13 @@ std::string unknown_backend_error(std::string_view what, const ForcedBackend& fo
          "). Valid options are: " + join(known);
 }
 
+std::string reasons_text(const std::vector<Reason>& reasons) {
+  std::vector<std::string> parts;
+  for (const Reason& r : reasons) parts.push_back(r.to_string());
+  const std::string joined = join(parts, "; ");
+  return "[" + joined + "]";
+}
+
 std::string platform_key(const Platform& p, bool given) {
   // This machine's fingerprint never changes: compute it once, not per lookup.
   static const std::string detected_fingerprint = detect_cpu().fingerprint();

@@ -33,6 +33,9 @@ ForcedBackend forced_backend(std::initializer_list<std::pair<std::string_view, s
 /// "Unknown <what> backend: '<name>' (from <by>). Valid options are: <known>".
 std::string unknown_backend_error(std::string_view what, const ForcedBackend& forced, const std::vector<std::string>& known);
 
+/// "[field=value, expected ...; ...]": a candidate's reasons in an error message.
+std::string reasons_text(const std::vector<Reason>& reasons);
+
 /// The platform part of a memo key: the fingerprint, marked when it is a planning target rather
 /// than this machine (tuning and module loading apply only to the machine itself).
 std::string platform_key(const Platform& p, bool given);

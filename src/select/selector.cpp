@@ -29,13 +29,6 @@ Memo& memo() {
   return m;
 }
 
-std::string reasons_text(const std::vector<Reason>& rs) {
-  std::vector<std::string> parts;
-  for (auto& r : rs) parts.push_back(r.to_string());
-  const std::string joined = join(parts, "; ");
-  return "[" + joined + "]";
-}
-
 std::vector<Candidate> check_all(Registry& reg, const LayerConfig& c, const Platform& p, const std::string& forced) {
   std::vector<Candidate> out;
   for (auto& d : reg.backends()) {
@@ -72,7 +65,7 @@ Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const Fo
     for (auto& cand : d.candidates) if (cand.backend == forced_name) chosen = &cand;
     if (!chosen->valid) {
       o.error = "Selected backend " + forced_name + " (from " + forced_by + ") is not valid for this configuration on " + d.platform +
-                ". Reasons: " + reasons_text(chosen->reasons) + ". Backends that can serve this layer: " +
+                ". Reasons: " + detail::reasons_text(chosen->reasons) + ". Backends that can serve this layer: " +
                 (valid.empty() ? "none" : join(valid)) + ".";
       o.error_always = true;
       return o;
@@ -87,7 +80,7 @@ Outcome compute(Registry& reg, const LayerConfig& c, const Platform& p, const Fo
     }
     if (!chosen) {
       std::vector<std::string> parts;
-      for (auto& cand : d.candidates) parts.push_back(cand.backend + ": " + reasons_text(cand.reasons));
+      for (auto& cand : d.candidates) parts.push_back(cand.backend + ": " + detail::reasons_text(cand.reasons));
       o.error = "No valid attention backend found for " + d.platform + " with " + c.to_string() + ". Reasons: {" +
                 join(parts, ", ") + "}.";
       d.block_size = c.block_size;

@@ -49,8 +49,9 @@ MixerParams params_for(const MixerConfig& c, std::mt19937& rng) {
   MixerParams p;
   p.config = c;
   if (c.conv_dim() > 0) p.conv_weight = uniform(std::size_t(c.conv_dim()) * c.d_conv, rng, -0.5f, 0.5f);
-  const std::size_t a = c.type == MambaType::mamba1 ? std::size_t(c.d_inner) * c.d_state
-                        : c.type == MambaType::short_conv ? 0 : std::size_t(c.num_heads);
+  std::size_t a = 0;
+  for (const MixerTypeInfo::Weight& w : mixer_type_info(c.type).weights)
+    if (w.field == &MixerParams::A) a = std::size_t(w.size(c));
   p.A = uniform(a, rng, -1.0f, -0.05f);
   return p;
 }
@@ -71,36 +72,10 @@ std::unique_ptr<Inputs> inputs_for(const MixerConfig& c, int64_t T, std::mt19937
   auto r = std::make_unique<Inputs>();
   r->store.reserve(8);
   MixerInputs& in = r->in;
-  switch (c.type) {
-    case MambaType::mamba1:
-      in.x = r->add({T, c.d_inner}, rng);
-      in.dt = r->add({T, c.d_inner}, rng);
-      in.B = r->add({T, c.d_state}, rng);
-      in.C = r->add({T, c.d_state}, rng);
-      break;
-    case MambaType::mamba2:
-      in.x = r->add({T, c.conv_dim()}, rng);
-      in.dt = r->add({T, c.num_heads}, rng);
-      break;
-    case MambaType::short_conv: in.x = r->add({T, 3 * c.d_inner}, rng); break;
-    case MambaType::linear_attention:
-      in.x = r->add({T, c.num_heads, c.head_k_dim}, rng);
-      in.k = r->add({T, c.num_heads, c.head_k_dim}, rng);
-      in.v = r->add({T, c.num_heads, c.head_v_dim}, rng);
-      break;
-    case MambaType::gdn_attention:
-      in.x = r->add({T, c.conv_dim()}, rng);
-      in.dt = r->add({T, c.num_heads}, rng);
-      in.b = r->add({T, c.num_heads}, rng);
-      break;
-    case MambaType::custom: break;
-  }
+  // The required inputs of an unconvolved step, uniform in [-1, 1].
+  for (const MixerTypeInfo::Input& spec : mixer_type_info(c.type).inputs)
+    if (!spec.optional && spec.when != MixerTypeInfo::Input::When::convolved) in.*spec.field = r->add(spec.shape(c).after(T), rng);
   return r;
-}
-
-std::vector<int64_t> out_shape(const MixerConfig& c, int64_t T) {
-  if (c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention) return {T, c.num_heads, c.head_v_dim};
-  return {T, c.out_dim()};
 }
 
 // Median of `reps` timed runs of run(rep) after one warm-up (medians, not minima: on a shared
@@ -142,7 +117,7 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
   const double pool_bytes = 4.0 * llc_bytes();
   for (const Layer& layer : layers()) {
     const MixerConfig& c = layer.config;
-    const std::string backend = select_mamba(c.type, MambaSelectOptions{"", false, std::nullopt}).backend;
+    const std::string backend = select_mamba(c.type, MambaSelectOptions{"", false, std::nullopt, nullptr}).backend;
     // Decode: one token for each of `batch` sequences, each continuing its own slot. Successive
     // runs take the next `batch` slots of a pool >= 4x the last-level cache, so every run reads
     // its states from DRAM as a serving engine does, not from the cache the previous run warmed.
@@ -165,7 +140,7 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
       auto in = inputs_for(c, batch, rng);
       std::vector<float> out(std::size_t(batch) * c.out_dim());
       Workspace ws;
-      const MixerArgs args{in->in, &cache, TensorView::contiguous(out.data(), DType::float32, out_shape(c, batch)), &ws};
+      const MixerArgs args{in->in, &cache, TensorView::contiguous(out.data(), DType::float32, c.out_shape(batch)), &ws};
       const double s = median_seconds(reps, [&](int rep) { impl->run(*plans[rep % groups], args); });
       const double bytes = 2.0 * slot_bytes * batch;  // every used slot's state read and written once
       const std::string key = std::string("decode.") + layer.name;
@@ -175,7 +150,7 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
     }
     // Prefill: the chunked form against the sequential recurrence, one long sequence; the two
     // run interleaved (one of each per round) so both see the same machine load.
-    if (c.type == MambaType::mamba2 || c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention) {
+    if (c.has_chunked_form()) {
       const int64_t T = quick ? 256 : 2048;
       auto in = inputs_for(c, T, rng);
       std::vector<float> out(std::size_t(T) * c.out_dim());
@@ -188,7 +163,7 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
       }
       MambaStateCache cache(c, 1);
       Workspace ws;
-      const MixerArgs args{in->in, &cache, TensorView::contiguous(out.data(), DType::float32, out_shape(c, T)), &ws};
+      const MixerArgs args{in->in, &cache, TensorView::contiguous(out.data(), DType::float32, c.out_shape(T)), &ws};
       const std::shared_ptr<const MixerPlan> plan[2] = {impl[0]->plan(md, 1), impl[1]->plan(md, 1)};
       const int rounds = quick ? 3 : 7;
       std::vector<double> secs[2];

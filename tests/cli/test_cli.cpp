@@ -131,6 +131,35 @@ TEST(Cli, PlanForAnotherPlatform) {
   }
 }
 
+TEST(Cli, PlanForAGpuLeavesTheCpuMixersOut) {
+  // Every mixer backend is a CPU one: on a CUDA target jamba's mixer layers have no backend, and
+  // the plan says why (the platform) instead of assigning a CPU mixer.
+  CliResult r = attn_cli("plan --model jamba-1.5-mini --platform cuda:9.0 --json");
+  EXPECT_NE(r.rc, 0);
+  json j = json::parse(r.out.empty() ? "{}" : r.out);
+  ASSERT_TRUE(j.contains("groups")) << r.err;
+  int mixer_groups = 0;
+  for (const auto& g : j["groups"]) {
+    if (g["kind"] != "mixer") continue;
+    ++mixer_groups;
+    EXPECT_EQ(g["backend"], "");
+    EXPECT_NE(g["error"].get<std::string>().find("no backend"), std::string::npos) << g.dump();
+    for (const auto& c : g["candidates"]) {
+      expect_candidate_schema(c);
+      ASSERT_FALSE(c["valid"].get<bool>());
+      EXPECT_EQ(c["reasons"][0]["field"], "platform");
+      EXPECT_EQ(c["reasons"][0]["value"], "cuda");
+      if (c["backend"] == "mamba1") { EXPECT_EQ(c["reasons"].size(), 1u) << c.dump(); }
+    }
+  }
+  EXPECT_EQ(mixer_groups, 1);
+  r = attn_cli("plan --model jamba-1.5-mini --platform cuda:9.0");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("(28 mixer): NO BACKEND"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("platform=cuda, expected cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("no backend can serve layers 0-3,"), std::string::npos) << r.err;
+}
+
 TEST(Cli, RunJsonOnATinyModel) {
   const fs::path model = tiny_model("tiny_llama", tiny_llama());
   CliResult r = attn_cli("run --model '" + model.string() + "' --batch 2 --prompt-len 24 --decode-steps 3 --json");

@@ -22,9 +22,7 @@ void expect_blocked_prefill_matches(const std::string& backend, const MixerConfi
     randomize_states(cache, seed + 1);
     RefMixerState ref = ref_state_from(cache);
     const MixerData data = random_mixer_inputs(config, md.num_tokens, seed + 2);
-    const bool heads = config.type == MambaType::linear_attention || config.type == MambaType::gdn_attention;
-    Buffer out = heads ? Buffer(DType::float32, {md.num_tokens, config.num_heads, config.head_v_dim})
-                       : Buffer(DType::float32, {md.num_tokens, config.out_dim()});
+    Buffer out(DType::float32, config.out_shape(md.num_tokens));
     impl->forward(data.inputs(), cache, md, out.view());
     const std::vector<double> want = reference_mixer(params, data.inputs(), ref, md);
     const std::string ctx = backend + " chunk=" + std::to_string(chunk) + " seed=" + std::to_string(seed);

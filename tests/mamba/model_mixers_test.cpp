@@ -23,15 +23,13 @@ TEST(ModelMixers, EveryShippedMixerLayerRuns) {
       SCOPED_TRACE(name + " layer " + std::to_string(layer.index));
       const MixerConfig c = MixerConfig::from_dims(layer.mixer, layer.mixer_dims);
       if (!seen.insert(c.to_string()).second) continue;
-      const Decision d = select_mamba(layer.mixer, MambaSelectOptions{"", false, std::nullopt});
+      const Decision d = select_mamba(layer.mixer, MambaSelectOptions{"", false, std::nullopt, nullptr});
       MixerParams p = test::random_mixer_params(c, 11);
       auto impl = create_mixer(d.backend, p);
       MambaStateCache cache(c, 2);
       const MixerBatch md = MixerBatch::build({5, 1}, {1, 0}, {0, 1}, 2);
       const test::MixerData data = test::random_mixer_inputs(c, md.num_tokens, 12);
-      const bool heads = c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention;
-      Buffer out = heads ? Buffer(DType::float32, {md.num_tokens, c.num_heads, c.head_v_dim})
-                         : Buffer(DType::float32, {md.num_tokens, c.out_dim()});
+      Buffer out(DType::float32, c.out_shape(md.num_tokens));
       std::fill_n(static_cast<float*>(out.data()), out.bytes() / 4, NAN);
       impl->forward(data.inputs(), cache, md, out.view());
       const float* o = static_cast<const float*>(out.data());

@@ -6,6 +6,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/mamba.hpp"
+#include "support/mamba_reference.hpp"
 
 namespace attn {
 namespace {
@@ -17,6 +18,20 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// A custom mixer built on a built-in implementation: `name` serves `custom` with mamba1's kernels.
+MixerDescriptor custom_on_mamba1(std::string name) {
+  MixerDescriptor d;
+  d.name = std::move(name);
+  d.summary = "test";
+  d.caps.types = {MambaType::custom};
+  d.create = [](const MixerParams& p) {
+    MixerParams q = p;
+    q.config.type = MambaType::mamba1;
+    return create_mixer("mamba1", q);
+  };
+  return d;
 }
 
 struct EnvGuard {
@@ -44,6 +59,52 @@ TEST(SelectMamba, EveryBuiltinTypeMapsToItsBackend) {
     EXPECT_NE(d.to_text().find(backend), std::string::npos);
     EXPECT_NE(d.to_json().find("\"" + backend + "\""), std::string::npos);
   }
+}
+
+TEST(SelectMamba, CpuMixersServeNoGpuTarget) {
+  EnvGuard env;
+  MambaSelectOptions opt;
+  opt.platform = parse_platform("cuda:9.0");
+  const Decision d = explain_mamba(MambaType::mamba1, opt);
+  EXPECT_EQ(d.backend, "");
+  ASSERT_EQ(d.candidates.size(), mixer_backends().size());
+  for (const Candidate& c : d.candidates) {
+    EXPECT_FALSE(c.valid) << c.backend;
+    ASSERT_FALSE(c.reasons.empty()) << c.backend;
+    EXPECT_EQ(c.reasons[0], (Reason{ReasonField::platform, "cuda", "cpu"})) << c.backend;
+    EXPECT_EQ(c.reasons.size(), c.backend == "mamba1" ? 1u : 2u) << c.backend;  // others: mamba_type too
+  }
+  const std::string msg = error_of([&] { select_mamba(MambaType::mamba1, opt); });
+  EXPECT_NE(msg.find("no mixer backend serves mamba_type=mamba1 on cuda"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mamba1: [platform=cuda, expected cpu]"), std::string::npos) << msg;
+  // Forced onto the GPU target: an error naming the platform, never a silent CPU mixer.
+  opt.backend = "mamba1";
+  const std::string forced = error_of([&] { explain_mamba(MambaType::mamba1, opt); });
+  EXPECT_NE(forced.find("platform=cuda, expected cpu"), std::string::npos) << forced;
+  EXPECT_NE(forced.find("would: none"), std::string::npos) << forced;
+}
+
+TEST(SelectMamba, ARegistryOfItsOwn) {
+  // A stand-in mixer added to a registry of the test's own: selectable from it, invisible to the
+  // process-wide one.
+  EnvGuard env;
+  auto reg = MixerRegistry::with_builtins();
+  MixerDescriptor d = custom_on_mamba1("stand_in_mixer");
+  reg->add(d);
+  MambaSelectOptions opt;
+  opt.registry = reg.get();
+  EXPECT_EQ(select_mamba(MambaType::custom, opt).backend, "stand_in_mixer");
+  EXPECT_EQ(select_mamba(MambaType::mamba2, opt).candidates.size(), mixer_backends().size() + 1);
+  EXPECT_EQ(find_mixer("stand_in_mixer"), nullptr);
+  EXPECT_EQ(MixerRegistry::instance().find("stand_in_mixer"), nullptr);
+  opt.backend = "stand_in_mixer";
+  EXPECT_NE(error_of([&] { select_mamba(MambaType::custom, MambaSelectOptions{"stand_in_mixer", false, std::nullopt, nullptr}); })
+                .find("Unknown mixer backend: 'stand_in_mixer'"),
+            std::string::npos);
+  EXPECT_EQ(select_mamba(MambaType::custom, opt).forced_by, "argument");
+  MixerParams p = test::random_mixer_params(MixerConfig::from_dims(MambaType::mamba1, {{"d_inner", 4}, {"d_state", 2}, {"d_conv", 2}}), 1);
+  p.config.type = MambaType::custom;
+  EXPECT_EQ(reg->create("stand_in_mixer", p)->backend_name(), "stand_in_mixer");
 }
 
 TEST(SelectMamba, UnknownTypeNameListsValidTypes) {
@@ -98,15 +159,7 @@ TEST(SelectMamba, CustomNeedsARegisteredMixer) {
   const std::string msg = error_of([] { select_mamba(MambaType::custom); });
   EXPECT_NE(msg.find("register_mixer"), std::string::npos) << msg;
   // A custom mixer built on a built-in implementation, registered at run time.
-  MixerDescriptor d;
-  d.name = "my_custom_mixer";
-  d.summary = "test";
-  d.types = {MambaType::custom};
-  d.create = [](const MixerParams& p) {
-    MixerParams q = p;
-    q.config.type = MambaType::mamba1;
-    return create_mixer("mamba1", q);
-  };
+  MixerDescriptor d = custom_on_mamba1("my_custom_mixer");
   register_mixer(d);
   EXPECT_EQ(select_mamba(MambaType::custom).backend, "my_custom_mixer");
   EXPECT_NE(error_of([&] { register_mixer(d); }).find("my_custom_mixer"), std::string::npos);
@@ -246,16 +299,8 @@ TEST(SelectMambaCore, ReasonsUseTheMambaTypeField) {
 // process-wide and cannot be undone.
 TEST(SelectMambaCore, RegisteredMixerIsForcibleAndACandidate) {
   EnvGuard env;
-  MixerDescriptor d;
-  d.name = "Synthetic_Mixer";
-  d.summary = "test";
-  d.types = {MambaType::custom};
+  MixerDescriptor d = custom_on_mamba1("Synthetic_Mixer");
   d.variant = [](const Platform&) { return std::string("synthetic"); };
-  d.create = [](const MixerParams& p) {
-    MixerParams q = p;
-    q.config.type = MambaType::mamba1;
-    return create_mixer("mamba1", q);
-  };
   register_mixer(d);
   MambaSelectOptions opt;
   opt.backend = "synthetic_mixer";  // any case

@@ -10,8 +10,7 @@
 namespace attn::test {
 
 Buffer poisoned_output(const MixerConfig& c, int64_t T) {
-  const bool heads = c.type == MambaType::linear_attention || c.type == MambaType::gdn_attention;
-  Buffer out = heads ? Buffer(DType::float32, {T, c.num_heads, c.head_v_dim}) : Buffer(DType::float32, {T, c.out_dim()});
+  Buffer out(DType::float32, c.out_shape(T));
   std::fill_n(static_cast<float*>(out.data()), out.bytes() / 4, NAN);
   return out;
 }

@@ -38,9 +38,7 @@ inline void expect_mixer_rejects_bad_input(const std::string& backend, const Mix
   auto impl = create_mixer(backend, random_mixer_params(config, 5));
   MambaStateCache cache(config, 4);
   const MixerData data = random_mixer_inputs(config, 6, 7);
-  const bool heads = config.type == MambaType::linear_attention || config.type == MambaType::gdn_attention;
-  Buffer out = heads ? Buffer(DType::float32, {6, config.num_heads, config.head_v_dim})
-                     : Buffer(DType::float32, {6, config.out_dim()});
+  Buffer out(DType::float32, config.out_shape(6));
   auto expect_error = [&](const MixerBatch& md, const MixerInputs& in, const TensorView& o, const std::string& names) {
     try {
       impl->forward(in, cache, md, o);

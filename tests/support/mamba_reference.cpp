@@ -210,17 +210,25 @@ std::vector<double> reference_mixer(const MixerParams& p, const MixerInputs& in,
 // Observed worst error is ~1e-3 of this on the shipped tests (fp32 rounding plus vexp's 2e-7).
 Tolerance mixer_tolerance() { return Tolerance{2e-5, 2e-5}; }
 
+namespace {
+// The MixerData buffer behind each MixerInputs view.
+using ViewField = TensorView MixerInputs::*;
+using BufferField = Buffer MixerData::*;
+constexpr std::pair<ViewField, BufferField> kFields[] = {
+    {&MixerInputs::x, &MixerData::x},   {&MixerInputs::k, &MixerData::k}, {&MixerInputs::v, &MixerData::v},
+    {&MixerInputs::dt, &MixerData::dt}, {&MixerInputs::B, &MixerData::B}, {&MixerInputs::C, &MixerData::C},
+    {&MixerInputs::b, &MixerData::b},   {&MixerInputs::z, &MixerData::z}};
+
+BufferField buffer_of(ViewField f) {
+  for (const auto& [view, buffer] : kFields)
+    if (view == f) return buffer;
+  throw Error("mixer input field invalid: expected one of MixerInputs' tensor views");
+}
+}  // namespace
+
 MixerInputs MixerData::inputs() const {
   MixerInputs in;
-  auto v = [](const Buffer& b) { return b.bytes() ? b.view() : TensorView{}; };
-  in.x = v(x);
-  in.k = v(k);
-  in.v = v(this->v);
-  in.dt = v(dt);
-  in.B = v(B);
-  in.C = v(C);
-  in.b = v(b);
-  in.z = v(z);
+  for (const auto& [view, buffer] : kFields) in.*view = (this->*buffer).bytes() ? (this->*buffer).view() : TensorView{};
   return in;
 }
 
@@ -248,26 +256,8 @@ MixerParams random_mixer_params(const MixerConfig& c, uint64_t seed, bool with_b
     fill_uniform(p.conv_weight, std::size_t(cd * c.d_conv), rng, -0.6f, 0.6f);
     if (with_bias) fill_uniform(p.conv_bias, std::size_t(cd), rng, -0.2f, 0.2f);
   }
-  switch (c.type) {
-    case MambaType::mamba1:
-      fill_uniform(p.A, std::size_t(c.d_inner) * c.d_state, rng, -2.0f, -0.05f);
-      fill_uniform(p.D, std::size_t(c.d_inner), rng, -1.0f, 1.0f);
-      if (with_bias) fill_uniform(p.dt_bias, std::size_t(c.d_inner), rng, -3.0f, -1.0f);
-      break;
-    case MambaType::mamba2:
-      fill_uniform(p.A, std::size_t(c.num_heads), rng, -2.0f, -0.05f);
-      fill_uniform(p.D, std::size_t(c.num_heads), rng, -1.0f, 1.0f);
-      if (with_bias) fill_uniform(p.dt_bias, std::size_t(c.num_heads), rng, -3.0f, -1.0f);
-      break;
-    case MambaType::linear_attention:
-      fill_uniform(p.A, std::size_t(c.num_heads), rng, -0.25f, -0.01f);  // λ in ~[0.78, 0.99]
-      break;
-    case MambaType::gdn_attention:
-      fill_uniform(p.A, std::size_t(c.num_heads), rng, -1.5f, -0.05f);
-      if (with_bias) fill_uniform(p.dt_bias, std::size_t(c.num_heads), rng, -2.0f, 0.0f);
-      break;
-    default: break;
-  }
+  for (const MixerTypeInfo::Weight& w : mixer_type_info(c.type).weights)
+    if (with_bias || w.field != &MixerParams::dt_bias) fill_uniform(p.*w.field, std::size_t(w.size(c)), rng, w.lo, w.hi);
   return p;
 }
 
@@ -276,32 +266,9 @@ MixerData random_mixer_inputs(const MixerConfig& c, int64_t T, uint64_t seed, bo
   MixerData d;
   d.config = c;
   d.num_tokens = T;
-  switch (c.type) {
-    case MambaType::mamba1:
-      d.x = random_buffer({T, c.d_inner}, rng, -1, 1);
-      d.dt = random_buffer({T, c.d_inner}, rng, -1, 1);
-      d.B = random_buffer({T, c.d_state}, rng, -1, 1);
-      d.C = random_buffer({T, c.d_state}, rng, -1, 1);
-      if (with_z) d.z = random_buffer({T, c.d_inner}, rng, -2, 2);
-      break;
-    case MambaType::mamba2:
-      d.x = random_buffer({T, c.conv_dim()}, rng, -1, 1);
-      d.dt = random_buffer({T, c.num_heads}, rng, -1, 1);
-      if (with_z) d.z = random_buffer({T, c.d_inner}, rng, -2, 2);
-      break;
-    case MambaType::short_conv: d.x = random_buffer({T, 3 * c.d_inner}, rng, -1, 1); break;
-    case MambaType::linear_attention:
-      d.x = random_buffer({T, c.num_heads, c.head_k_dim}, rng, -0.5f, 0.5f);
-      d.k = random_buffer({T, c.num_heads, c.head_k_dim}, rng, -0.5f, 0.5f);
-      d.v = random_buffer({T, c.num_heads, c.head_v_dim}, rng, -1, 1);
-      break;
-    case MambaType::gdn_attention:
-      d.x = random_buffer({T, c.conv_dim()}, rng, -1, 1);
-      d.dt = random_buffer({T, c.num_heads}, rng, -1, 1);
-      d.b = random_buffer({T, c.num_heads}, rng, -2, 2);
-      break;
-    case MambaType::custom: break;
-  }
+  for (const MixerTypeInfo::Input& spec : mixer_type_info(c.type).inputs)
+    if ((with_z || !spec.optional) && spec.when != MixerTypeInfo::Input::When::convolved)
+      d.*buffer_of(spec.field) = random_buffer(spec.shape(c).after(T), rng, spec.lo, spec.hi);
   return d;
 }
 
@@ -318,14 +285,7 @@ MixerData slice_tokens(const MixerData& src, int64_t t0, int64_t t1) {
     std::memcpy(out.data(), static_cast<const float*>(b.data()) + t0 * row, std::size_t((t1 - t0) * row * 4));
     return out;
   };
-  d.x = cut(src.x);
-  d.k = cut(src.k);
-  d.v = cut(src.v);
-  d.dt = cut(src.dt);
-  d.B = cut(src.B);
-  d.C = cut(src.C);
-  d.b = cut(src.b);
-  d.z = cut(src.z);
+  for (const auto& [view, buffer] : kFields) d.*buffer = cut(src.*buffer);
   return d;
 }
 

@@ -43,10 +43,24 @@ std::pair<double, int64_t> compare_floats(const float* a, const float* b, int64_
   return {max_err, first_bad};
 }
 
+// The MixerStepInputs buffer behind each MixerInputs view.
+using ViewField = attn::TensorView attn::MixerInputs::*;
+using BufferField = attn::Buffer MixerStepInputs::*;
+constexpr std::pair<ViewField, BufferField> kFields[] = {
+    {&attn::MixerInputs::x, &MixerStepInputs::x},   {&attn::MixerInputs::k, &MixerStepInputs::k},
+    {&attn::MixerInputs::v, &MixerStepInputs::v},   {&attn::MixerInputs::dt, &MixerStepInputs::dt},
+    {&attn::MixerInputs::B, &MixerStepInputs::B},   {&attn::MixerInputs::C, &MixerStepInputs::C},
+    {&attn::MixerInputs::b, &MixerStepInputs::b},   {&attn::MixerInputs::z, &MixerStepInputs::z}};
+
+BufferField buffer_of(ViewField f) {
+  for (const auto& [view, buffer] : kFields)
+    if (view == f) return buffer;
+  throw attn::Error("mixer input field invalid: expected one of MixerInputs' tensor views");
+}
+
 }  // namespace
 
 attn::MixerParams random_mixer_params(const attn::MixerConfig& c, int threads, Rng& rng) {
-  using attn::MambaType;
   attn::MixerParams p;
   p.config = c;
   p.num_threads = threads;
@@ -54,41 +68,15 @@ attn::MixerParams random_mixer_params(const attn::MixerConfig& c, int threads, R
     p.conv_weight = uniform(std::size_t(c.conv_dim()) * c.d_conv, rng, -0.6f, 0.6f);
     p.conv_bias = uniform(std::size_t(c.conv_dim()), rng, -0.2f, 0.2f);
   }
-  switch (c.type) {
-    case MambaType::mamba1:
-    case MambaType::custom:
-      p.A = uniform(std::size_t(c.d_inner) * c.d_state, rng, -2.0f, -0.05f);
-      p.D = uniform(std::size_t(c.d_inner), rng, -1.0f, 1.0f);
-      p.dt_bias = uniform(std::size_t(c.d_inner), rng, -3.0f, -1.0f);  // softplus → Δ ~ 0.05..0.3
-      break;
-    case MambaType::mamba2:
-      p.A = uniform(std::size_t(c.num_heads), rng, -2.0f, -0.05f);
-      p.D = uniform(std::size_t(c.num_heads), rng, -1.0f, 1.0f);
-      p.dt_bias = uniform(std::size_t(c.num_heads), rng, -3.0f, -1.0f);
-      break;
-    case MambaType::linear_attention:
-      p.A = uniform(std::size_t(c.num_heads), rng, -0.25f, -0.01f);  // per-token decay ~0.78..0.99
-      break;
-    case MambaType::gdn_attention:
-      p.A = uniform(std::size_t(c.num_heads), rng, -1.5f, -0.05f);
-      p.dt_bias = uniform(std::size_t(c.num_heads), rng, -2.0f, 0.0f);
-      break;
-    case MambaType::short_conv: break;
-  }
+  for (const attn::MixerTypeInfo::Weight& w : attn::mixer_type_info(c.type).weights)
+    p.*w.field = uniform(std::size_t(w.size(c)), rng, w.lo, w.hi);
   p.validate();
   return p;
 }
 
 attn::MixerInputs MixerStepInputs::inputs() const {
   attn::MixerInputs in;
-  in.x = view_or_empty(x);
-  in.k = view_or_empty(k);
-  in.v = view_or_empty(v);
-  in.dt = view_or_empty(dt);
-  in.B = view_or_empty(B);
-  in.C = view_or_empty(C);
-  in.b = view_or_empty(b);
-  in.z = view_or_empty(z);
+  for (const auto& [view, buffer] : kFields) in.*view = view_or_empty(this->*buffer);
   return in;
 }
 
@@ -105,50 +93,23 @@ MixerStepInputs MixerStepInputs::gather(const std::vector<int32_t>& rows) const 
     return out;
   };
   MixerStepInputs g;
-  g.x = pick(x), g.k = pick(k), g.v = pick(v), g.dt = pick(dt);
-  g.B = pick(B), g.C = pick(C), g.b = pick(b), g.z = pick(z);
+  for (const auto& [view, buffer] : kFields) g.*buffer = pick(this->*buffer);
   return g;
 }
 
 MixerStepInputs random_mixer_inputs(const attn::MixerConfig& c, int32_t T, Rng& rng) {
-  using attn::MambaType;
+  const attn::MixerTypeInfo& row = attn::mixer_type_info(c.type);
+  if (row.inputs.empty())
+    throw attn::Error("mixer=" + std::string(attn::to_string(c.type)) +
+                      " invalid: expected a built-in mixer type (attn run does not know a custom mixer's inputs)");
   MixerStepInputs in;
-  switch (c.type) {
-    case MambaType::mamba1:
-      in.x = random_f32({T, c.d_inner}, rng, -1, 1);
-      in.dt = random_f32({T, c.d_inner}, rng, -1, 1);
-      in.B = random_f32({T, c.d_state}, rng, -1, 1);
-      in.C = random_f32({T, c.d_state}, rng, -1, 1);
-      in.z = random_f32({T, c.d_inner}, rng, -2, 2);
-      break;
-    case MambaType::mamba2:
-      in.x = random_f32({T, c.conv_dim()}, rng, -1, 1);
-      in.dt = random_f32({T, c.num_heads}, rng, -1, 1);
-      in.z = random_f32({T, c.d_inner}, rng, -2, 2);
-      break;
-    case MambaType::short_conv: in.x = random_f32({T, 3 * c.d_inner}, rng, -1, 1); break;
-    case MambaType::linear_attention:
-      in.x = random_f32({T, c.num_heads, c.head_k_dim}, rng, -0.5f, 0.5f);
-      in.k = random_f32({T, c.num_heads, c.head_k_dim}, rng, -0.5f, 0.5f);
-      in.v = random_f32({T, c.num_heads, c.head_v_dim}, rng, -1, 1);
-      break;
-    case MambaType::gdn_attention:
-      in.x = random_f32({T, c.conv_dim()}, rng, -1, 1);
-      in.dt = random_f32({T, c.num_heads}, rng, -1, 1);
-      in.b = random_f32({T, c.num_heads}, rng, -2, 2);
-      break;
-    case MambaType::custom:
-      throw attn::Error("mixer=custom invalid: expected a built-in mixer type (attn run does not know a custom mixer's inputs)");
-  }
+  for (const attn::MixerTypeInfo::Input& spec : row.inputs)
+    if (spec.when != attn::MixerTypeInfo::Input::When::convolved)
+      in.*buffer_of(spec.field) = random_f32(spec.shape(c).after(T), rng, spec.lo, spec.hi);
   return in;
 }
 
-attn::Buffer make_mixer_output(const attn::MixerConfig& c, int32_t T) {
-  if (c.type == attn::MambaType::linear_attention || c.type == attn::MambaType::gdn_attention) {
-    return attn::Buffer(attn::DType::float32, {T, c.num_heads, c.head_v_dim});
-  }
-  return attn::Buffer(attn::DType::float32, {T, c.out_dim()});
-}
+attn::Buffer make_mixer_output(const attn::MixerConfig& c, int32_t T) { return attn::Buffer(attn::DType::float32, c.out_shape(T)); }
 
 void MixerSequences::advance(int32_t n) {
   std::vector<int32_t> slots(static_cast<std::size_t>(num_seqs));
