@@ -1,12 +1,12 @@
 // Google Benchmark view of Llama-3.1-8B shapes: each backend on decode (bf16 and fp8 caches)
 // and causal prefill, with bytes/s and useful FLOP/s counters. Ceilings are reported by
 // `attn bench`; this program is for per-shape, per-backend tracking. Calls rotate over the
-// same pool `attn bench` uses (4x the last-level cache), so decode reads DRAM.
+// same pool `attn bench` uses (attn_bench::choose_pool), so decode reads DRAM.
 #include <benchmark/benchmark.h>
 
 #include <string>
 
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 
 namespace {
 

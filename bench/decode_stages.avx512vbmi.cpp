@@ -1,7 +1,7 @@
 // attn_decode_stages: where cpu_flash decode time goes, stage by stage, on the Llama-3.1-8B
 // decode shape (32 q / 8 KV heads, head 128, the backend's preferred block size; HND rows and
 // HND_PAIRS side by side), over the
-// same rotated pool as `attn bench` (4× the last-level cache, so every figure is a DRAM figure)
+// same rotated pool as `attn bench` (attn_bench::choose_pool, so every figure is a DRAM figure)
 // and the same work items (sequence, KV head, 1024-key split; largest first, dynamic schedule):
 //   read_hw  pure read of every K and V line in the cache's block order, hardware prefetch only
 //   read     the same read walked the way the kernel walks it (chunks of ≤32 keys of one block)
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "attn/platform.hpp"
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 #include "cpu/isa.hpp"
 
 namespace {

@@ -48,6 +48,9 @@ def _numpy_dtype(name: str):
 
 
 MIB = 1 << 20
+# The pool rule of attn's bench kit (attn_bench::dram_pool_min, testkit/include/testkit/bench_kit.hpp):
+# a pool of at least this many LLCs is a DRAM pool.
+DRAM_POOL_LLCS = 4
 
 
 def _sysfs_size(text: str) -> int:
@@ -89,9 +92,9 @@ def choose_pool(quick: bool) -> tuple[int, str]:
     """(bytes, label): 4× the LLC (1 GiB if unknown) for a full run, at most 64 MiB for --quick;
     "dram" only when the pool really is ≥ 4× a known LLC, else "cache"."""
     llc = last_level_cache_bytes()
-    full = 4 * llc if llc else 1024 * MIB
+    full = DRAM_POOL_LLCS * llc if llc else 1024 * MIB
     pool = min(full, 64 * MIB) if quick else max(full, 64 * MIB)
-    return pool, "dram" if llc and pool >= 4 * llc else "cache"
+    return pool, "dram" if llc and pool >= DRAM_POOL_LLCS * llc else "cache"
 
 
 def cores() -> int:

@@ -220,4 +220,17 @@ TuningFile tune(const std::vector<LayerConfig>& configs, const TuneOptions& o) {
   return file;
 }
 
+std::function<void(const TuneProgress&)> progress_to_stderr() {
+  return [](const TuneProgress& p) {
+    std::fprintf(stderr, "\r%-100s%s", progress_line(p).c_str(), p.finished ? "\n" : "");
+    std::fflush(stderr);
+  };
+}
+
+std::string progress_line(const TuneProgress& p) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "[%4d/%d] %5.1fs of %gs  ", p.done, p.total, p.elapsed_s, p.budget_s);
+  return buf + p.current;
+}
+
 }  // namespace attn

@@ -1,7 +1,7 @@
 // mixer_bench_figures: the numbers `attn bench` reports for the mixers — decode as state bytes
-// read + written per second (against DRAM bandwidth, states rotated over a pool >= 4x the
-// last-level cache), and the chunked prefill's speed-up over the sequential recurrence on the
-// same backend at 2048 tokens (the two interleaved, medians).
+// read + written per second (against DRAM bandwidth, states rotated over the DRAM pool of
+// attn_bench::dram_pool_bytes), and the chunked prefill's speed-up over the sequential
+// recurrence on the same backend at 2048 tokens (the two interleaved, medians).
 #include "testkit/mixer_bench.hpp"
 
 #include <algorithm>
@@ -9,12 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
 
 #include "attn/mamba.hpp"
+#include "testkit/bench_kit.hpp"
 
 namespace attn::testkit {
 namespace {
@@ -92,21 +92,6 @@ double median_seconds(int reps, const std::function<void(int)>& run) {
   return t[t.size() / 2];
 }
 
-// Last-level cache size from sysfs ("32768K"); 32 MiB when the machine does not say.
-double llc_bytes() {
-  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
-  std::string text;
-  if (!(f >> text) || text.empty()) return 32.0 * (1 << 20);
-  double v = std::atof(text.c_str());
-  switch (text.back()) {
-    case 'K': v *= 1 << 10; break;
-    case 'M': v *= 1 << 20; break;
-    case 'G': v *= 1 << 30; break;
-    default: break;
-  }
-  return v > 0 ? v : 32.0 * (1 << 20);
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, double dram_rw_gbps) {
@@ -114,12 +99,12 @@ std::vector<std::pair<std::string, double>> mixer_bench_figures(bool quick, doub
   std::mt19937 rng(1234);
   const int batch = quick ? 8 : 32;
   const int reps = quick ? 5 : 20;
-  const double pool_bytes = 4.0 * llc_bytes();
+  const double pool_bytes = double(attn_bench::dram_pool_bytes());
   for (const Layer& layer : layers()) {
     const MixerConfig& c = layer.config;
     const std::string backend = select_mamba(c.type, MambaSelectOptions{"", false, std::nullopt, nullptr}).backend;
     // Decode: one token for each of `batch` sequences, each continuing its own slot. Successive
-    // runs take the next `batch` slots of a pool >= 4x the last-level cache, so every run reads
+    // runs take the next `batch` slots of the DRAM pool (dram_pool_bytes), so every run reads
     // its states from DRAM as a serving engine does, not from the cache the previous run warmed.
     {
       MixerParams p = params_for(c, rng);

@@ -1,6 +1,6 @@
 // Benchmark workloads for cpu_mla / cpu_sparse / cpu_blocksparse (see testkit/mla_bench.hpp).
 // Caches are filled with random values directly and disjoint instances of each batch, together
-// at least 4× the last-level cache, are cycled, so a timed call reads memory the previous calls
+// the DRAM pool (attn_bench::dram_pool_bytes), are cycled, so a timed call reads memory the previous calls
 // did not leave in the cache.
 #include "testkit/mla_bench.hpp"
 
@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -16,32 +15,19 @@
 #include "attn/limits.hpp"
 #include "kernels/gather/mla_kernel.hpp"
 #include "backends/cpu_blocksparse/blocksparse_forward.hpp"
+#include "testkit/bench_kit.hpp"
 
 namespace attn::testkit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Last-level cache size from sysfs ("32768K"); 32 MiB when the VM does not say.
-size_t llc_bytes() {
-  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
-  size_t n = 0;
-  std::string unit;
-  if (f >> n) {
-    f >> unit;
-    if (unit == "K") n <<= 10;
-    else if (unit == "M") n <<= 20;
-    if (n > 0) return n;
-  }
-  return size_t(32) << 20;
-}
-
 struct Step {
   LayerConfig cfg;
   std::string backend;
   int batch = 1, context = 0, query_len = 1, block_size = 64, topk = 0;
   int threads = 0;
-  size_t pool_bytes = 4 * llc_bytes();  // rotated over: at least 2 instances, >= this many bytes
+  size_t pool_bytes = attn_bench::dram_pool_bytes();  // rotated over: at least 2 instances, >= this many bytes
 };
 
 class Bench {

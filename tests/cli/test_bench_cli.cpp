@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "testkit/bench_kit.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -113,9 +115,10 @@ TEST(BenchCli, QuickJsonCarriesPoolCeilingsAndRatios) {
   const BenchRun r = bench("--quick --filter llama8b --json --csv '" + csv.string() + "'");
   ASSERT_EQ(r.rc, 0) << r.err;
   const json j = json::parse(r.out);
-  // The label follows the rule: DRAM only when the rotation spans 4x a known LLC.
-  const double pool = j["ceiling.pool_bytes"].get<double>(), llc = j["ceiling.llc_bytes"].get<double>();
-  EXPECT_EQ(j["ceiling.pool"], llc > 0 && pool >= 4 * llc ? "dram" : "cache") << j.dump();
+  // The label follows the pool rule (attn_bench::dram_pool_min): DRAM only when the rotation
+  // spans it for a known LLC.
+  const auto pool = j["ceiling.pool_bytes"].get<std::size_t>(), llc = j["ceiling.llc_bytes"].get<std::size_t>();
+  EXPECT_EQ(j["ceiling.pool"], llc > 0 && pool >= attn_bench::dram_pool_min(llc) ? "dram" : "cache") << j.dump();
   const double dram = j["ceiling.dram_read_gbs"].get<double>();
   EXPECT_GT(dram, 0.0);
   EXPECT_GT(j["ceiling.dram_read_1thread_gbs"].get<double>(), 0.0);

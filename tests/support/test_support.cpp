@@ -1,4 +1,5 @@
 #include "test_support.hpp"
+#include "testkit/harness.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -341,23 +342,17 @@ CompareResult compare_output(const Case& c, const std::vector<double>& ref, Tole
     r.message = "output size " + std::to_string(got.size()) + " != reference size " + std::to_string(ref.size());
     return r;
   }
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - ref[i]);
-    const bool bad = !std::isfinite(got[i]) || err > tol.atol + tol.rtol * std::fabs(ref[i]);
-    if (std::isfinite(err)) {
-      r.max_abs_err = std::max(r.max_abs_err, err);
-      const double bound = tol.atol + tol.rtol * std::fabs(ref[i]);
-      r.tolerance_used = std::max(r.tolerance_used, bound > 0 ? err / bound : err > 0 ? HUGE_VAL : 0.0);
-    }
-    if (bad && r.ok) {
-      r.ok = false;
-      const std::size_t tok = i / (std::size_t(H) * Dv), h = (i / Dv) % H, x = i % Dv;
-      std::ostringstream os;
-      os << (std::isfinite(got[i]) ? "mismatch" : "unwritten/NaN") << " at token " << tok << " head " << h << " dim " << x
-         << ": got " << got[i] << ", expected " << ref[i] << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
-      if (!std::isfinite(ref[i])) os << " [the reference itself is not finite]";
-      r.message = os.str();
-    }
+  const testkit::ElementCheck e = testkit::check_elements(
+      int64_t(got.size()), [&](int64_t i) { return got[std::size_t(i)]; }, [&](int64_t i) { return ref[std::size_t(i)]; }, tol);
+  r.ok = e.ok, r.max_abs_err = e.max_abs_err, r.tolerance_used = e.tolerance_used;
+  if (!e.ok) {
+    const std::size_t i = std::size_t(e.first_failure);
+    const std::size_t tok = i / (std::size_t(H) * Dv), h = (i / Dv) % H, x = i % Dv;
+    std::ostringstream os;
+    os << (std::isfinite(got[i]) ? "mismatch" : "unwritten/NaN") << " at token " << tok << " head " << h << " dim " << x
+       << ": got " << got[i] << ", expected " << ref[i] << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
+    if (!std::isfinite(ref[i])) os << " [the reference itself is not finite]";
+    r.message = os.str();
   }
   return r;
 }

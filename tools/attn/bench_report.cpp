@@ -95,7 +95,7 @@ void print_bench_table(const BenchResults& r) {
   const char* mem = c.pool.dram ? "DRAM" : "cache";
   std::printf("LLC %.0f MiB (L%d, %d instance%s, %s); pool %.0f MiB", c.llc.bytes / kMiB, c.llc.level, c.llc.instances,
               c.llc.instances == 1 ? "" : "s", c.llc.source.c_str(), c.pool.bytes / kMiB);
-  if (c.pool.dram)
+  if (c.pool.dram)  // the pool rule, attn_bench::dram_pool_min
     std::printf(" (>= 4x LLC): bandwidth figures are DRAM figures\n");
   else
     std::printf(" (< 4x LLC): bandwidth figures are CACHE figures, not DRAM\n");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 #include "bench_sets.hpp"
 
 namespace attn_cli {

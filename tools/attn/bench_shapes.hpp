@@ -2,7 +2,7 @@
 // The attention shapes `attn bench` times.
 #include <vector>
 
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 
 namespace attn_cli {
 

@@ -4,7 +4,7 @@
 //   planned  — plan once for the step, run every layer under it with one workspace.
 // The part of a step outside the kernels is the planning (metadata validation included): 32
 // plans per step on the first path, one on the second. Each layer has its own cache; the layers
-// rotate over enough distinct caches that a step reads at least the DRAM pool (bench_pool.cpp),
+// rotate over enough distinct caches that a step reads at least the DRAM pool (attn_bench::choose_pool),
 // so the kernels run at DRAM speed as in serving. Steps of the two paths alternate and each
 // figure is the median of its steps.
 #include <omp.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 #include "bench_sets.hpp"
 
 namespace attn_cli {

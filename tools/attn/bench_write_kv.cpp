@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 #include "bench_sets.hpp"
 
 namespace attn_cli {

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "bench_chains.hpp"
-#include "bench_simd.hpp"
+#include "testkit/bench_simd.hpp"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

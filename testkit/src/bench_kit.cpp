@@ -1,7 +1,7 @@
 // Prepared attention workloads: instances of one batch laid out over the pool, rotated so
 // consecutive calls read fresh KV.
 #include "attn/limits.hpp"
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 
 #include <omp.h>
 

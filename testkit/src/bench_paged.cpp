@@ -5,7 +5,7 @@
 // exactly these items.
 #include <algorithm>
 
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 
 namespace attn_bench {
 namespace {

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "bench_chains.hpp"
-#include "bench_simd.hpp"
+#include "testkit/bench_simd.hpp"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>

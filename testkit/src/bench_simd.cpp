@@ -1,5 +1,5 @@
 // The portable table (64-bit integer loads, no FMA figure) and the run-time choice of table.
-#include "bench_simd.hpp"
+#include "testkit/bench_simd.hpp"
 
 #include <algorithm>
 

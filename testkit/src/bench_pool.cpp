@@ -1,5 +1,5 @@
 // The last-level cache of this machine and the pool rule that keeps bandwidth figures honest:
-// data rotated over at least 4× the LLC cannot be served from it.
+// data rotated over at least 4× the LLC cannot be served from it (dram_pool_min in bench_kit.hpp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <set>
 
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -102,12 +102,16 @@ const LastLevelCache& last_level_cache() {
   return llc;
 }
 
-Pool choose_pool(bool quick) {
+std::size_t dram_pool_bytes() {
   const std::size_t llc = last_level_cache().bytes;
-  const std::size_t dram_pool = llc ? 4 * llc : 1024 * kMiB;
+  return llc ? dram_pool_min(llc) : 1024 * kMiB;
+}
+
+Pool choose_pool(bool quick) {
+  const std::size_t llc = last_level_cache().bytes, dram_pool = dram_pool_bytes();
   Pool p;
   p.bytes = quick ? std::min<std::size_t>(dram_pool, 64 * kMiB) : std::max<std::size_t>(dram_pool, 64 * kMiB);
-  p.dram = llc && p.bytes >= 4 * llc;
+  p.dram = llc && p.bytes >= dram_pool_min(llc);
   return p;
 }
 

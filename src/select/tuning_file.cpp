@@ -1,5 +1,5 @@
-// The tuning file: JSON I/O, where it lives, and the one copy the selector reads.
-#include <cstdio>
+// The tuning file, a selector input: JSON I/O, where it lives, and the one copy the selector
+// reads (`tune` in src/tune/ writes it through save_tuning).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -239,19 +239,6 @@ std::string save_tuning(const TuningFile& fresh, std::string path) {
   out.save(path);
   if (path == active) reload_tuning();
   return path;
-}
-
-std::function<void(const TuneProgress&)> progress_to_stderr() {
-  return [](const TuneProgress& p) {
-    std::fprintf(stderr, "\r%-100s%s", progress_line(p).c_str(), p.finished ? "\n" : "");
-    std::fflush(stderr);
-  };
-}
-
-std::string progress_line(const TuneProgress& p) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "[%4d/%d] %5.1fs of %gs  ", p.done, p.total, p.elapsed_s, p.budget_s);
-  return buf + p.current;
 }
 
 }  // namespace attn

@@ -1,7 +1,7 @@
 #pragma once
 /// Shared by `attn bench` and bench/ (Google Benchmark): the machine's ceilings and prepared
 /// attention workloads whose consecutive calls read data rotated over a pool larger than the
-/// last-level cache, so bandwidth figures are DRAM figures (bench_pool.cpp decides the pool).
+/// last-level cache, so bandwidth figures are DRAM figures (dram_pool_min states the rule).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "bench_simd.hpp"
+#include "testkit/bench_simd.hpp"
 
 namespace attn_bench {
 
@@ -23,14 +23,20 @@ struct LastLevelCache {
 };
 const LastLevelCache& last_level_cache();
 
-/// The bytes consecutive calls rotate over. A DRAM pool is at least 4× the LLC, so by the time
-/// a call's data comes round again three LLCs' worth of other data went through the cache.
+/// The pool rule, stated here only: data rotated over at least 4× the LLC is a DRAM pool, since
+/// by the time a call's data comes round again three LLCs' worth of other data went through the
+/// cache. The bytes that takes for an LLC of `llc_bytes`.
+constexpr std::size_t dram_pool_min(std::size_t llc_bytes) { return 4 * llc_bytes; }
+/// The DRAM pool of this machine: dram_pool_min of its LLC (1 GiB when the LLC is unknown).
+std::size_t dram_pool_bytes();
+
+/// The bytes consecutive calls rotate over (at least dram_pool_min to be a DRAM pool).
 struct Pool {
   std::size_t bytes = 0;
   bool dram = false;  // false: the data may be cache-resident, figures are cache figures
   const char* label() const { return dram ? "dram" : "cache"; }
 };
-/// Full run: 4× the LLC (1 GiB when it is unknown). Quick: at most 64 MiB, labelled by the rule.
+/// Full run: dram_pool_bytes() (at least 64 MiB). Quick: at most 64 MiB, labelled by the rule.
 Pool choose_pool(bool quick);
 
 /// A measured ceiling: every timed run kept, so a shared machine's spread shows. `value` is the

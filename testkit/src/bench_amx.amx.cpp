@@ -3,7 +3,7 @@
 // latency. Runs only after amx_granted() (bench_simd.cpp) said the OS gave tile data.
 #include <cstdint>
 
-#include "bench_simd.hpp"
+#include "testkit/bench_simd.hpp"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>

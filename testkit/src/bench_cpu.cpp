@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "attn/platform.hpp"
-#include "bench_kit.hpp"
+#include "testkit/bench_kit.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

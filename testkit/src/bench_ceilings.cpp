@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "attn/platform.hpp"
-#include "bench_kit.hpp"
-#include "bench_simd.hpp"
+#include "testkit/bench_kit.hpp"
+#include "testkit/bench_simd.hpp"
 
 namespace attn_bench {
 namespace {
@@ -69,7 +69,7 @@ ReadStream::ReadStream(int threads, std::size_t bytes)
   }
 }
 
-// Each pass streams the whole buffer (>= 4x the LLC for a DRAM pool): what the previous pass
+// Each pass streams the whole buffer (a DRAM pool: dram_pool_min): what the previous pass
 // left in cache is its tail, never what this pass reads first.
 double ReadStream::once() {
   const SimdKernels& k = simd();
