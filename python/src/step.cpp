@@ -41,12 +41,6 @@ class WorkspaceLease {
   PyWorkspace* w_;
 };
 
-MlaForm mla_form_from_py(const std::string& s) {
-  if (s == "absorbed") return MlaForm::absorbed;
-  if (s == "expanded") return MlaForm::expanded;
-  throw Error("mla_form='" + s + "' invalid: expected 'absorbed' or 'expanded'");
-}
-
 /// The int32 top-k index array of a sparse layer, seen without copying (the core checks its shape).
 struct IndexArg {
   nb::ndarray<nb::ro> array;
@@ -76,7 +70,7 @@ IndexArg index_arg(nb::handle h) {
 nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVCache& cache, nb::handle out, nb::handle k,
                      nb::handle v, nb::handle topk_indices, const std::string& mla_form, PyWorkspace* workspace) {
   ForwardArgs args;
-  args.mla_form = mla_form_from_py(mla_form);
+  args.mla_form = parse_mla_form(mla_form);
   const LayerConfig& c = a.config();
   ArrayArg qa = array_arg(q, "q", false);
   const bool flat = qa.view.ndim == 2;  // [tokens, heads * head_size] in, the same form out

@@ -96,7 +96,7 @@ def test_plans_of_another_config_or_cache_geometry_are_refused():
     bigger = b.layer.make_cache(b.cache.num_blocks + 4)
     with pytest.raises(attn.Error, match="the geometry the plan was made for"):
         b.layer.run(plan, b.q, bigger)
-    with pytest.raises(attn.Error, match="mla_form='folded' invalid"):
+    with pytest.raises(attn.Error, match="Invalid mla_form: 'folded'. Valid values are: absorbed, expanded"):
         b.layer.run(plan, b.q, b.cache, mla_form="folded")
 
 

@@ -14,7 +14,7 @@ import pytest
 import attn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import walsh_hadamard  # noqa: E402  (attn's own Python tests' helpers)
+from kv_formats import walsh_hadamard  # noqa: E402  (attn's own Python tests' format models)
 
 config = pytest.importorskip("vllm.model_executor.layers.quantization.turboquant.config")
 lloyd_max = pytest.importorskip("vllm.model_executor.layers.quantization.turboquant.centroids")

@@ -126,7 +126,7 @@ void validate_descriptor(const BackendDescriptor& d) {
             "\"\" (built in) or a module name of 1.." + std::to_string(kMaxNameLength) + " printable ASCII characters");
   c.require(!d.module.empty() || bool(d.create), "create", "null",
             "a factory (only a backend with a module may leave it for the module to provide)");
-  c.require(d.device == DeviceKind::cpu || d.device == DeviceKind::cuda, "device", int(d.device), "cpu or cuda (0..1)");
+  c.enum_value("device", d.device, "DeviceKind");
   check_caps(c, d.caps);
   check_layout(c, d);
   c.require(d.preferred_block_size > 0 && d.preferred_block_size <= limits::kMaxBlockSize, "preferred_block_size",
