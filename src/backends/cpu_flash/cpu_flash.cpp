@@ -8,6 +8,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
+#include "backends/cpu_dense_caps.hpp"
 #include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/isa.hpp"
@@ -149,17 +150,11 @@ BackendDescriptor cpu_flash_descriptor() {
   BackendDescriptor d;
   d.name = "cpu_flash";
   d.summary = "flash attention on the paged cache: GQA-shared K/V loads, split-KV decode, SIMD chosen at run time";
-  Capabilities& c = d.caps;
-  c.platforms = {PlatformKind::cpu};
-  c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   // Every format: int4 in the rotated space, nvfp4 rows unpacked to bf16, turboquant slots to fp32
   // rows with q rotated once (per chunk into scratch rows, in the decode kernel and the general one).
-  c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
+  d.caps = cpu_dense_every_format_caps();
+  Capabilities& c = d.caps;
   c.head_sizes = cpu_flash::head_size_rule();
-  c.block_sizes = SizeRule::any();
-  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
-  c.per_head_quant_scales = true;
   // Plans depend on each sequence alone and every item runs alone in a fixed order
   // (proven by the batch-invariance tests in tests/).
   c.batch_invariance = true;

@@ -10,6 +10,7 @@
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
+#include "backends/cpu_dense_caps.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn {
@@ -179,17 +180,11 @@ BackendDescriptor reference_descriptor() {
   BackendDescriptor d;
   d.name = "reference";
   d.summary = "plain loops, every feature, fp32 accumulation; the oracle (lowest priority)";
+  d.caps = cpu_dense_every_format_caps();
   Capabilities& c = d.caps;
-  c.platforms = {PlatformKind::cpu};
-  c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
   c.head_sizes = SizeRule::any();
-  c.block_sizes = SizeRule::any();
   c.distinct_head_size_v = true;
-  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
   c.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
-  c.per_head_quant_scales = true;
   c.attn_types = all_attn_types();
   d.priority = 1000;
   d.oracle = true;
