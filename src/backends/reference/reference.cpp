@@ -10,7 +10,7 @@
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
-#include "backends/cpu_dense_caps.hpp"
+#include "backends/cpu_dense_descriptor.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn {
@@ -177,15 +177,11 @@ class ReferenceImpl final : public AttentionImpl {
 }  // namespace
 
 BackendDescriptor reference_descriptor() {
-  BackendDescriptor d;
-  d.name = "reference";
-  d.summary = "plain loops, every feature, fp32 accumulation; the oracle (lowest priority)";
-  d.caps = cpu_dense_every_format_caps();
-  Capabilities& c = d.caps;
-  c.head_sizes = SizeRule::any();
-  c.distinct_head_size_v = true;
-  c.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
-  c.attn_types = all_attn_types();
+  BackendDescriptor d = cpu_dense_every_format_descriptor(
+      "reference", "plain loops, every feature, fp32 accumulation; the oracle (lowest priority)", SizeRule::any());
+  d.caps.distinct_head_size_v = true;
+  d.caps.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
+  d.caps.attn_types = all_attn_types();
   d.priority = 1000;
   d.oracle = true;
   d.preferred_block_size = 16;
