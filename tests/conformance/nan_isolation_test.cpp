@@ -228,16 +228,8 @@ std::vector<std::string> run_generic(const std::string& backend, const Scenario&
 }
 
 std::vector<std::string> run_mla(const std::string& backend, const Scenario& sc, KVCacheDType kv, bool visible_nan) {
-  MlaCaseSpec spec;
-  spec.backend = backend;
-  spec.num_heads = 8;
-  spec.dtype = sc.config.dtype;
-  spec.kv_cache_dtype = kv;
-  spec.kv_scale = 0.05f;
-  spec.seqs = sc.seqs;
+  MlaCaseSpec spec = mla_spec(backend, 8, sc.config.dtype, kv, fresh_seed(), sc.seqs);
   spec.block_size = sc.block_size;
-  spec.seed = fresh_seed();
-  if (backend == "cpu_sparse") spec.topk = 24;
   MlaCase c = make_mla_case(spec);
   const int W = spec.rank + spec.rope;
   Subject sub;
