@@ -182,13 +182,7 @@ std::vector<Scenario> scenarios(const LayerConfig& base) {
 }
 
 LayerConfig dense_layer(DType io, KVCacheDType kv) {
-  LayerConfig c;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_size = 64;
-  c.dtype = io;
-  c.kv_cache_dtype = kv;
-  return c;
+  return {.num_heads = 8, .num_kv_heads = 2, .head_size = 64, .dtype = io, .kv_cache_dtype = kv};
 }
 
 LayerConfig blocksparse_layer(DType io, KVCacheDType kv) {
