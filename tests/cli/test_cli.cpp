@@ -12,10 +12,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-using attn::cli_test::attn_cli;
-using attn::cli_test::CliResult;
-using attn::cli_test::tiny_llama;
-using attn::cli_test::tiny_model;
+using namespace attn::cli_test;  // attn_cli, CliResult, tiny_model, tiny_llama
 
 void expect_candidate_schema(const json& c) {
   ASSERT_TRUE(c["backend"].is_string());

@@ -10,10 +10,7 @@
 
 namespace {
 
-using attn::cli_test::attn_cli;
-using attn::cli_test::CliResult;
-using attn::cli_test::tiny_llama;
-using attn::cli_test::tiny_model;
+using namespace attn::cli_test;  // attn_cli, CliResult, tiny_model, tiny_llama
 using nlohmann::json;
 namespace fs = std::filesystem;
 

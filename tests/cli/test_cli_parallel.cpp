@@ -13,10 +13,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-using attn::cli_test::attn_cli;
-using attn::cli_test::CliResult;
-using attn::cli_test::tiny_llama;
-using attn::cli_test::tiny_model;
+using namespace attn::cli_test;  // attn_cli, CliResult, tiny_model, tiny_llama
 
 json plan_json(const std::string& args) {
   CliResult r = attn_cli("plan " + args + " --json");

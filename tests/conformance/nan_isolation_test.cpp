@@ -182,13 +182,7 @@ std::vector<Scenario> scenarios(const LayerConfig& base) {
 }
 
 LayerConfig dense_layer(DType io, KVCacheDType kv) {
-  LayerConfig c;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_size = 64;
-  c.dtype = io;
-  c.kv_cache_dtype = kv;
-  return c;
+  return {.num_heads = 8, .num_kv_heads = 2, .head_size = 64, .dtype = io, .kv_cache_dtype = kv};
 }
 
 LayerConfig blocksparse_layer(DType io, KVCacheDType kv) {
@@ -228,16 +222,8 @@ std::vector<std::string> run_generic(const std::string& backend, const Scenario&
 }
 
 std::vector<std::string> run_mla(const std::string& backend, const Scenario& sc, KVCacheDType kv, bool visible_nan) {
-  MlaCaseSpec spec;
-  spec.backend = backend;
-  spec.num_heads = 8;
-  spec.dtype = sc.config.dtype;
-  spec.kv_cache_dtype = kv;
-  spec.kv_scale = 0.05f;
-  spec.seqs = sc.seqs;
+  MlaCaseSpec spec = mla_spec(backend, 8, sc.config.dtype, kv, fresh_seed(), sc.seqs);
   spec.block_size = sc.block_size;
-  spec.seed = fresh_seed();
-  if (backend == "cpu_sparse") spec.topk = 24;
   MlaCase c = make_mla_case(spec);
   const int W = spec.rank + spec.rope;
   Subject sub;

@@ -25,43 +25,64 @@ struct Layer {
   }
 };
 
+// Two layers of one config (different states and inputs; weights as given), each with a copy
+// that runs through forward() as the expectation, and NaN-poisoned outputs. Seeds: states
+// `seed`, `seed + 1`; inputs `seed + 2`, `seed + 3`.
+struct TwoLayers {
+  Layer a, b, a_want, b_want;
+  MixerData da, db;
+  Buffer out_a, out_b, want_a, want_b;
+  TwoLayers(const SmallMixer& m, const MixerParams& pa, const MixerParams& pb, int32_t num_tokens, uint64_t seed)
+      : a(m, pa, seed), b(m, pb, seed + 1), a_want(m, pa, seed), b_want(m, pb, seed + 1),
+        da(random_mixer_inputs(m.config, num_tokens, seed + 2)), db(random_mixer_inputs(m.config, num_tokens, seed + 3)),
+        out_a(poisoned_output(m.config, num_tokens)), out_b(poisoned_output(m.config, num_tokens)),
+        want_a(poisoned_output(m.config, num_tokens)), want_b(poisoned_output(m.config, num_tokens)) {}
+  void forward_expected(const MixerBatch& md) {
+    a_want.impl->forward(da.inputs(), a_want.cache, md, want_a.view());
+    b_want.impl->forward(db.inputs(), b_want.cache, md, want_b.view());
+  }
+};
+
 // Empty states (a mixer without a conv state) have null data: memcmp must not see them.
 bool same_floats(const void* a, const void* b, std::size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
 
-TEST(MixerPlan, OnePlanServesTwoLayersAsForwardDoes) {
+// body(m, md, seed) for every small mixer on the mixed step, under one fresh seed.
+template <typename Body>
+void for_each_small_mixer(Body body) {
   const uint64_t seed = fresh_seed();
   const MixerBatch md = MixerBatch::build(kLens, kSlots, kInit, kSlotsTotal);
   for (const SmallMixer& m : small_mixers()) {
     SCOPED_TRACE(m.backend + " seed " + std::to_string(seed));
+    body(m, md, seed);
+  }
+}
+
+TEST(MixerPlan, OnePlanServesTwoLayersAsForwardDoes) {
+  for_each_small_mixer([](const SmallMixer& m, const MixerBatch& md, uint64_t seed) {
     MixerParams p = random_mixer_params(m.config, seed);
     p.chunk_size = 8;
     // Two layers of one config (different weights and states), planned once; each also runs
     // through forward() on a copy of its states as the expectation.
     MixerParams p2 = random_mixer_params(m.config, seed + 1);
     p2.chunk_size = 8;
-    Layer a(m, p, seed + 2), b(m, p2, seed + 3), a_want(m, p, seed + 2), b_want(m, p2, seed + 3);
-    const auto plan = a.impl->plan(md, kSlotsTotal);
+    TwoLayers l(m, p, p2, md.num_tokens, seed + 2);
+    const auto plan = l.a.impl->plan(md, kSlotsTotal);
     const std::string text = plan->to_string();
     EXPECT_EQ(text.find("chunked: 9 chunks") != std::string::npos, m.config.has_chunked_form()) << text;
     EXPECT_NE(text.find("recurrent"), std::string::npos) << text;
     EXPECT_NE(text.find("empty"), std::string::npos) << text;
     Workspace ws(plan->workspace_bytes());
-    const MixerData da = random_mixer_inputs(m.config, md.num_tokens, seed + 4);
-    const MixerData db = random_mixer_inputs(m.config, md.num_tokens, seed + 5);
-    Buffer out_a = poisoned_output(m.config, md.num_tokens), out_b = poisoned_output(m.config, md.num_tokens);
-    Buffer want_a = poisoned_output(m.config, md.num_tokens), want_b = poisoned_output(m.config, md.num_tokens);
-    a.impl->run(*plan, {da.inputs(), &a.cache, out_a.view(), &ws});
-    b.impl->run(*plan, {db.inputs(), &b.cache, out_b.view(), &ws});
-    a_want.impl->forward(da.inputs(), a_want.cache, md, want_a.view());
-    b_want.impl->forward(db.inputs(), b_want.cache, md, want_b.view());
-    EXPECT_TRUE(same_floats(out_a.data(), want_a.data(), out_a.bytes()));
-    EXPECT_TRUE(same_floats(out_b.data(), want_b.data(), out_b.bytes()));
-    EXPECT_FALSE(same_floats(out_a.data(), out_b.data(), out_a.bytes()));  // two layers, two results
-    for (auto [got, want] : {std::pair{&a.cache, &a_want.cache}, std::pair{&b.cache, &b_want.cache}}) {
+    l.a.impl->run(*plan, {l.da.inputs(), &l.a.cache, l.out_a.view(), &ws});
+    l.b.impl->run(*plan, {l.db.inputs(), &l.b.cache, l.out_b.view(), &ws});
+    l.forward_expected(md);
+    EXPECT_TRUE(same_floats(l.out_a.data(), l.want_a.data(), l.out_a.bytes()));
+    EXPECT_TRUE(same_floats(l.out_b.data(), l.want_b.data(), l.out_b.bytes()));
+    EXPECT_FALSE(same_floats(l.out_a.data(), l.out_b.data(), l.out_a.bytes()));  // two layers, two results
+    for (auto [got, want] : {std::pair{&l.a.cache, &l.a_want.cache}, std::pair{&l.b.cache, &l.b_want.cache}}) {
       EXPECT_TRUE(same_floats(got->ssm_state().data, want->ssm_state().data, std::size_t(got->ssm_state().numel()) * 4));
       EXPECT_TRUE(same_floats(got->conv_state().data, want->conv_state().data, std::size_t(got->conv_state().numel()) * 4));
     }
-  }
+  });
 }
 
 TEST(MixerPlan, RejectsALayerOrStateItWasNotMadeFor) {
@@ -97,35 +118,27 @@ TEST(MixerPlan, RejectsALayerOrStateItWasNotMadeFor) {
 }
 
 TEST(MixerPlan, TwoThreadsRunTwoLayersUnderOnePlan) {
-  const uint64_t seed = fresh_seed();
-  const MixerBatch md = MixerBatch::build(kLens, kSlots, kInit, kSlotsTotal);
-  for (const SmallMixer& m : small_mixers()) {
-    SCOPED_TRACE(m.backend + " seed " + std::to_string(seed));
+  for_each_small_mixer([](const SmallMixer& m, const MixerBatch& md, uint64_t seed) {
     MixerParams p = random_mixer_params(m.config, seed);
     p.num_threads = 2;
-    Layer a(m, p, seed + 1), b(m, p, seed + 2), a_want(m, p, seed + 1), b_want(m, p, seed + 2);
-    const auto plan = a.impl->plan(md, kSlotsTotal);
-    const MixerData da = random_mixer_inputs(m.config, md.num_tokens, seed + 3);
-    const MixerData db = random_mixer_inputs(m.config, md.num_tokens, seed + 4);
-    Buffer out_a = poisoned_output(m.config, md.num_tokens), out_b = poisoned_output(m.config, md.num_tokens);
-    Buffer want_a = poisoned_output(m.config, md.num_tokens), want_b = poisoned_output(m.config, md.num_tokens);
-    a_want.impl->forward(da.inputs(), a_want.cache, md, want_a.view());
-    b_want.impl->forward(db.inputs(), b_want.cache, md, want_b.view());
+    TwoLayers l(m, p, p, md.num_tokens, seed + 1);
+    const auto plan = l.a.impl->plan(md, kSlotsTotal);
+    l.forward_expected(md);
     for (int rep = 0; rep < 3; ++rep) {  // the same step again from the same states
-      randomize_states(a.cache, seed + 1), randomize_states(b.cache, seed + 2);
+      randomize_states(l.a.cache, seed + 1), randomize_states(l.b.cache, seed + 2);
       std::thread ta([&] {
         Workspace ws;
-        a.impl->run(*plan, {da.inputs(), &a.cache, out_a.view(), &ws});
+        l.a.impl->run(*plan, {l.da.inputs(), &l.a.cache, l.out_a.view(), &ws});
       });
       std::thread tb([&] {
         Workspace ws;
-        b.impl->run(*plan, {db.inputs(), &b.cache, out_b.view(), &ws});
+        l.b.impl->run(*plan, {l.db.inputs(), &l.b.cache, l.out_b.view(), &ws});
       });
       ta.join(), tb.join();
-      EXPECT_TRUE(same_floats(out_a.data(), want_a.data(), out_a.bytes()));
-      EXPECT_TRUE(same_floats(out_b.data(), want_b.data(), out_b.bytes()));
+      EXPECT_TRUE(same_floats(l.out_a.data(), l.want_a.data(), l.out_a.bytes()));
+      EXPECT_TRUE(same_floats(l.out_b.data(), l.want_b.data(), l.out_b.bytes()));
     }
-  }
+  });
 }
 
 }  // namespace

@@ -3,18 +3,12 @@
 
 #include "attn/attn.hpp"
 #include "attn/mamba.hpp"
+#include "support/expect_error.hpp"
 
 namespace attn {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_message;
 
 TEST(MixerState, StateShapesPerType) {
   const auto m1 = MixerConfig::from_dims(MambaType::mamba1, {{"d_inner", 1536}, {"d_state", 16}, {"d_conv", 4}});
@@ -37,13 +31,13 @@ TEST(MixerState, StateShapesPerType) {
 }
 
 TEST(MixerState, ConfigErrorsNameTheField) {
-  EXPECT_NE(error_of([] { MixerConfig::from_dims(MambaType::mamba1, {{"d_inner", 8}, {"d_conv", 4}}); }).find("'d_state'"),
+  EXPECT_NE(error_message([] { MixerConfig::from_dims(MambaType::mamba1, {{"d_inner", 8}, {"d_conv", 4}}); }).find("'d_state'"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(error_message([] {
               MixerConfig::from_dims(MambaType::mamba2, {{"num_heads", 6}, {"head_dim", 4}, {"d_state", 8}, {"n_groups", 4}, {"d_conv", 4}});
             }).find("n_groups=4"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(error_message([] {
               MixerConfig::from_dims(MambaType::gdn_attention, {{"num_heads", 6}, {"num_k_heads", 4}, {"head_k_dim", 8}, {"d_conv", 4}});
             }).find("num_k_heads=4"),
             std::string::npos);
@@ -51,17 +45,17 @@ TEST(MixerState, ConfigErrorsNameTheField) {
   p.config = MixerConfig::from_dims(MambaType::mamba2, {{"num_heads", 2}, {"head_dim", 4}, {"d_state", 8}, {"d_conv", 4}});
   p.A = {-1.0f};
   p.conv_weight.assign(std::size_t(p.config.conv_dim() * 4), 0.1f);
-  EXPECT_NE(error_of([&] { p.validate(); }).find("A.size()=1"), std::string::npos);
+  EXPECT_NE(error_message([&] { p.validate(); }).find("A.size()=1"), std::string::npos);
   p.A = {-1.0f, 0.5f};
-  EXPECT_NE(error_of([&] { p.validate(); }).find("A[1]=0.5"), std::string::npos);
+  EXPECT_NE(error_message([&] { p.validate(); }).find("A[1]=0.5"), std::string::npos);
 }
 
 TEST(MixerState, BatchValidation) {
-  EXPECT_NE(error_of([] { MixerBatch::build({3, 1}, {0, 0}, {0, 0}, 4); }).find("state_slots[1]=0"), std::string::npos);
-  EXPECT_NE(error_of([] { MixerBatch::build({3, 1}, {0, 4}, {0, 0}, 4); }).find("state_slots[1]=4"), std::string::npos);
-  EXPECT_NE(error_of([] { MixerBatch::build({3, -1}, {0, 1}, {0, 0}, 4); }).find("query_lens[1]=-1"), std::string::npos);
-  EXPECT_NE(error_of([] { MixerBatch::build({3}, {0, 1}, {0}, 4); }).find("state_slots.size()=2"), std::string::npos);
-  EXPECT_NE(error_of([] { MixerBatch::build({3}, {0}, {2}, 4); }).find("has_initial_state[0]=2"), std::string::npos);
+  EXPECT_NE(error_message([] { MixerBatch::build({3, 1}, {0, 0}, {0, 0}, 4); }).find("state_slots[1]=0"), std::string::npos);
+  EXPECT_NE(error_message([] { MixerBatch::build({3, 1}, {0, 4}, {0, 0}, 4); }).find("state_slots[1]=4"), std::string::npos);
+  EXPECT_NE(error_message([] { MixerBatch::build({3, -1}, {0, 1}, {0, 0}, 4); }).find("query_lens[1]=-1"), std::string::npos);
+  EXPECT_NE(error_message([] { MixerBatch::build({3}, {0, 1}, {0}, 4); }).find("state_slots.size()=2"), std::string::npos);
+  EXPECT_NE(error_message([] { MixerBatch::build({3}, {0}, {2}, 4); }).find("has_initial_state[0]=2"), std::string::npos);
   const MixerBatch md = MixerBatch::build({3, 0, 1}, {2, 0, 1}, {0, 1, 1}, 3);
   EXPECT_EQ(md.num_tokens, 4);
   EXPECT_EQ(md.query_start_loc, (std::vector<int32_t>{0, 3, 3, 4}));
@@ -76,8 +70,8 @@ TEST(MixerState, SlotAccessIsChecked) {
   EXPECT_EQ(cache.conv_slot(0)[0], 3.0f);
   cache.reset_slot(0);
   EXPECT_EQ(cache.conv_slot(0)[0], 0.0f);
-  EXPECT_NE(error_of([&] { cache.conv_slot(2); }).find("slot=2"), std::string::npos);
-  EXPECT_NE(error_of([&] { cache.copy_slot(0, -1); }).find("dst=-1"), std::string::npos);
+  EXPECT_NE(error_message([&] { cache.conv_slot(2); }).find("slot=2"), std::string::npos);
+  EXPECT_NE(error_message([&] { cache.copy_slot(0, -1); }).find("dst=-1"), std::string::npos);
 }
 
 }  // namespace

@@ -6,19 +6,13 @@
 
 #include "attn/attn.hpp"
 #include "attn/mamba.hpp"
+#include "support/expect_error.hpp"
 #include "support/mamba_reference.hpp"
 
 namespace attn {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_message;
 
 // A custom mixer built on a built-in implementation: `name` serves `custom` with mamba1's kernels.
 MixerDescriptor custom_on_mamba1(std::string name) {
@@ -74,12 +68,12 @@ TEST(SelectMamba, CpuMixersServeNoGpuTarget) {
     EXPECT_EQ(c.reasons[0], (Reason{ReasonField::platform, "cuda", "cpu"})) << c.backend;
     EXPECT_EQ(c.reasons.size(), c.backend == "mamba1" ? 1u : 2u) << c.backend;  // others: mamba_type too
   }
-  const std::string msg = error_of([&] { select_mamba(MambaType::mamba1, opt); });
+  const std::string msg = error_message([&] { select_mamba(MambaType::mamba1, opt); });
   EXPECT_NE(msg.find("no mixer backend serves mamba_type=mamba1 on cuda"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mamba1: [platform=cuda, expected cpu]"), std::string::npos) << msg;
   // Forced onto the GPU target: an error naming the platform, never a silent CPU mixer.
   opt.backend = "mamba1";
-  const std::string forced = error_of([&] { explain_mamba(MambaType::mamba1, opt); });
+  const std::string forced = error_message([&] { explain_mamba(MambaType::mamba1, opt); });
   EXPECT_NE(forced.find("platform=cuda, expected cpu"), std::string::npos) << forced;
   EXPECT_NE(forced.find("would: none"), std::string::npos) << forced;
 }
@@ -98,7 +92,7 @@ TEST(SelectMamba, ARegistryOfItsOwn) {
   EXPECT_EQ(find_mixer("stand_in_mixer"), nullptr);
   EXPECT_EQ(MixerRegistry::instance().find("stand_in_mixer"), nullptr);
   opt.backend = "stand_in_mixer";
-  EXPECT_NE(error_of([&] { select_mamba(MambaType::custom, MambaSelectOptions{"stand_in_mixer", false, std::nullopt, nullptr}); })
+  EXPECT_NE(error_message([&] { select_mamba(MambaType::custom, MambaSelectOptions{"stand_in_mixer", false, std::nullopt, nullptr}); })
                 .find("Unknown mixer backend: 'stand_in_mixer'"),
             std::string::npos);
   EXPECT_EQ(select_mamba(MambaType::custom, opt).forced_by, "argument");
@@ -108,7 +102,7 @@ TEST(SelectMamba, ARegistryOfItsOwn) {
 }
 
 TEST(SelectMamba, UnknownTypeNameListsValidTypes) {
-  const std::string msg = error_of([] { parse_mamba_type("mamba3"); });
+  const std::string msg = error_message([] { parse_mamba_type("mamba3"); });
   for (MambaType t : all_mamba_types()) EXPECT_NE(msg.find(std::string(to_string(t))), std::string::npos) << msg;
 }
 
@@ -119,7 +113,7 @@ TEST(SelectMamba, ForcedBackendArgumentBeatsEnv) {
   EXPECT_EQ(by_env.backend, "linear");
   EXPECT_EQ(by_env.forced_by, "env ATTN_MAMBA_BACKEND");
   // The env names a backend that cannot serve mamba2: an error, never a silent fallback ...
-  const std::string msg = error_of([] { select_mamba(MambaType::mamba2); });
+  const std::string msg = error_message([] { select_mamba(MambaType::mamba2); });
   EXPECT_NE(msg.find("'linear'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mamba_type=mamba2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("would: mamba2"), std::string::npos) << msg;
@@ -147,7 +141,7 @@ TEST(SelectMamba, UnknownForcedBackendListsKnownOnes) {
   EnvGuard env;
   MambaSelectOptions opt;
   opt.backend = "mamba9";
-  const std::string msg = error_of([&] { select_mamba(MambaType::mamba1, opt); });
+  const std::string msg = error_message([&] { select_mamba(MambaType::mamba1, opt); });
   for (const char* name : {"mamba1", "mamba2", "short_conv", "linear", "gdn"})
     EXPECT_NE(msg.find(name), std::string::npos) << msg;
   EXPECT_NE(msg.find("mamba9"), std::string::npos) << msg;
@@ -156,13 +150,13 @@ TEST(SelectMamba, UnknownForcedBackendListsKnownOnes) {
 TEST(SelectMamba, CustomNeedsARegisteredMixer) {
   EnvGuard env;
   clear_mamba_selector_cache();
-  const std::string msg = error_of([] { select_mamba(MambaType::custom); });
+  const std::string msg = error_message([] { select_mamba(MambaType::custom); });
   EXPECT_NE(msg.find("register_mixer"), std::string::npos) << msg;
   // A custom mixer built on a built-in implementation, registered at run time.
   MixerDescriptor d = custom_on_mamba1("my_custom_mixer");
   register_mixer(d);
   EXPECT_EQ(select_mamba(MambaType::custom).backend, "my_custom_mixer");
-  EXPECT_NE(error_of([&] { register_mixer(d); }).find("my_custom_mixer"), std::string::npos);
+  EXPECT_NE(error_message([&] { register_mixer(d); }).find("my_custom_mixer"), std::string::npos);
 }
 
 TEST(SelectMamba, CachedAndThreadSafe) {
@@ -191,8 +185,8 @@ TEST(SelectMamba, CreateMixerRejectsUnknownAndMismatchedBackends) {
   p.config = c;
   p.A.assign(8, -1.0f);
   p.conv_weight.assign(8, 0.5f);
-  EXPECT_NE(error_of([&] { create_mixer("nope", p); }).find("known mixer backends"), std::string::npos);
-  EXPECT_NE(error_of([&] { create_mixer("gdn", p); }).find("params.config.type=mamba1"), std::string::npos);
+  EXPECT_NE(error_message([&] { create_mixer("nope", p); }).find("known mixer backends"), std::string::npos);
+  EXPECT_NE(error_message([&] { create_mixer("gdn", p); }).find("params.config.type=mamba1"), std::string::npos);
   EXPECT_EQ(create_mixer("mamba1", p)->variant().empty(), false);
 }
 
@@ -254,8 +248,8 @@ TEST(SelectMambaCore, MemoHitsAndCachedErrors) {
   EXPECT_EQ(mamba_selector_cache_stats().entries, 3u);
   // Errors are remembered too, and thrown on every call.
   opt.backend = "mamba9";
-  const std::string first = error_of([&] { select_mamba(MambaType::mamba2, opt); });
-  EXPECT_EQ(error_of([&] { select_mamba(MambaType::mamba2, opt); }), first);
+  const std::string first = error_message([&] { select_mamba(MambaType::mamba2, opt); });
+  EXPECT_EQ(error_message([&] { select_mamba(MambaType::mamba2, opt); }), first);
   stats = mamba_selector_cache_stats();
   EXPECT_EQ(stats.misses, 4u);
   EXPECT_EQ(stats.hits, 2u);
@@ -267,13 +261,13 @@ TEST(SelectMambaCore, MemoHitsAndCachedErrors) {
 TEST(SelectMambaCore, UnknownNameErrorMatchesTheAttentionSelectors) {
   EnvGuard env;
   setenv("ATTN_MAMBA_BACKEND", "mamba9", 1);
-  const std::string msg = error_of([] { select_mamba(MambaType::mamba1); });
+  const std::string msg = error_message([] { select_mamba(MambaType::mamba1); });
   EXPECT_EQ(msg.rfind("Unknown mixer backend: 'mamba9' (from env ATTN_MAMBA_BACKEND). Valid options are: "
                       "mamba1, mamba2, short_conv, linear, gdn",
                       0),
             0u)
       << msg;
-  const std::string attention = error_of([] {
+  const std::string attention = error_message([] {
     SelectOptions o;
     o.backend = "mamba9";
     select(LayerConfig{}, o);
@@ -325,7 +319,7 @@ TEST(SelectMambaCore, RegisteredMixerIsForcibleAndACandidate) {
   for (const Candidate& c : forced.candidates) valid |= c.backend == "Synthetic_Mixer" && c.valid;
   EXPECT_TRUE(valid);
   // Forcing it on a type it does not serve names the backends that would.
-  const std::string msg = error_of([&] { select_mamba(MambaType::mamba2, opt); });
+  const std::string msg = error_message([&] { select_mamba(MambaType::mamba2, opt); });
   EXPECT_NE(msg.find("'synthetic_mixer'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("would: mamba2"), std::string::npos) << msg;
 }

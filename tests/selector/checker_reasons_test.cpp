@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "attn/capabilities.hpp"
 #include "selector/permissive_caps.hpp"
@@ -32,109 +35,123 @@ TEST(CheckerReasons, PermissiveBackendServesTheDefaultLayer) {
   EXPECT_TRUE(check_capabilities(permissive(), LayerConfig{}, cpu()).empty());
 }
 
-TEST(CheckerReasons, Platform) {
-  Capabilities c = permissive();
-  c.platforms = {PlatformKind::cuda};
-  EXPECT_EQ(only_reason(c, {}), (Reason{"platform", "cpu", "cuda"}));
-}
+// One capability taken away (or one required), one layer field set: exactly this reason, and
+// none on the platforms listed in passes_on.
+struct OneReasonCase {
+  const char* name;
+  void (*restrict_caps)(Capabilities&);
+  void (*set_layer)(LayerConfig&);
+  Reason expected;
+  const char* platform = "cpu:avx2";
+  std::vector<const char*> passes_on = {};
+};
 
-TEST(CheckerReasons, HeadSize) {
+void PrintTo(const OneReasonCase& k, std::ostream* os) { *os << k.name; }
+
+void nothing(LayerConfig&) {}
+
+const OneReasonCase kOneReason[] = {
+    {"Platform", [](Capabilities& c) { c.platforms = {PlatformKind::cuda}; }, nothing, {"platform", "cpu", "cuda"}},
+    {"HeadSize", [](Capabilities& c) { c.head_sizes = SizeRule::one_of({64, 128, 256}); },
+     [](LayerConfig& l) { l.head_size = 72; }, {"head_size", "72", "one of 64, 128, 256"}},
+    {"HeadSizeV", [](Capabilities& c) { c.distinct_head_size_v = false; }, [](LayerConfig& l) { l.head_size_v = 64; },
+     {"head_size_v", "64", "equal to head_size=128"}},
+    {"DType", [](Capabilities& c) { c.dtypes = {DType::float16, DType::bfloat16}; },
+     [](LayerConfig& l) { l.dtype = DType::float32; }, {"dtype", "float32", "one of float16, bfloat16"}},
+    {"KvCacheDType", [](Capabilities& c) { c.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::fp8}; },
+     [](LayerConfig& l) { l.kv_cache_dtype = KVCacheDType::nvfp4; }, {"kv_cache_dtype", "nvfp4", "one of auto, fp8"}},
+    {"BlockSize", [](Capabilities& c) { c.block_sizes = SizeRule::multiple_of({16}); },
+     [](LayerConfig& l) { l.block_size = 8; }, {"block_size", "8", "a multiple of 16"}},
+    {"MmPrefix", [](Capabilities& c) { c.mm_prefix = false; }, [](LayerConfig& l) { l.use_mm_prefix = true; },
+     {"use_mm_prefix", "true", "false (no partial multimodal full attention)"}},
+    {"MlaLayerOnDenseBackend", [](Capabilities&) {}, [](LayerConfig& l) { l.use_mla = true; },
+     {"use_mla", "true", "false (no MLA)"}},
+    {"DenseLayerOnMlaBackend", [](Capabilities& c) { c.mla = true; }, nothing, {"use_mla", "false", "true (MLA layers only)"}},
+    {"Sinks", [](Capabilities& c) { c.sinks = false; }, [](LayerConfig& l) { l.has_sink = true; },
+     {"has_sink", "true", "false (no attention sinks)"}},
+    {"SparseLayerOnDenseBackend", [](Capabilities&) {}, [](LayerConfig& l) { l.use_sparse = true; },
+     {"use_sparse", "true", "false (dense attention only)"}},
+    {"DenseLayerOnSparseBackend", [](Capabilities& c) { c.sparse = true; }, nothing,
+     {"use_sparse", "false", "true (top-k sparse layers only)"}},
+    {"BlockSparseLayerOnDenseBackend", [](Capabilities&) {}, [](LayerConfig& l) { l.use_block_sparse = true; },
+     {"use_block_sparse", "true", "false (no block-sparse pattern)"}},
+    {"DenseLayerOnBlockSparseBackend", [](Capabilities& c) { c.block_sparse = true; }, nothing,
+     {"use_block_sparse", "false", "true (block-sparse layers only)"}},
+    {"AttentionFreeLayerOnAttentionBackend", [](Capabilities&) {}, [](LayerConfig& l) { l.is_attention_free = true; },
+     {"is_attention_free", "true", "false (needs an attention layer)"}},
+    {"AttentionLayerOnAttentionFreeBackend", [](Capabilities& c) { c.attention_free = true; }, nothing,
+     {"is_attention_free", "false", "true (serves attention-free layers only)"}},
+    {"PerHeadQuantScales", [](Capabilities& c) { c.per_head_quant_scales = false; },
+     [](LayerConfig& l) { l.use_per_head_quant_scales = true; },
+     {"use_per_head_quant_scales", "true", "false (per-tensor scales only)"}},
+    {"ComputeCapabilityTooLow", [](Capabilities& c) { c.min_cc = ComputeCapability{8, 0}; }, nothing,
+     {"compute_capability", "7.5", ">= 8.0"}, "cuda:7.5", {"cuda:8.0"}},
+    {"ComputeCapabilityTooHigh", [](Capabilities& c) { c.max_cc = ComputeCapability{9, 0}; }, nothing,
+     {"compute_capability", "10.0", "<= 9.0"}, "cuda:10.0"},
+    // compute capability is a cuda-only check: cpu passes.
+    {"ComputeCapabilityOutsideARange",
+     [](Capabilities& c) {
+       c.min_cc = ComputeCapability{8, 0};
+       c.max_cc = ComputeCapability{9, 0};
+     },
+     nothing, {"compute_capability", "12.0", "8.0..9.0"}, "cuda:12.0", {"cuda:8.6", "cpu:avx2"}},
+    // cpu features are a cpu-only check: cuda passes.
+    {"CpuFeatures",
+     [](Capabilities& c) { c.required_cpu_features = {CpuFeature::avx2, CpuFeature::avx512f, CpuFeature::avx512_bf16}; },
+     nothing, {"cpu_features", "missing avx512f, avx512_bf16", "CPU with avx2, avx512f, avx512_bf16"}, "cpu:avx2",
+     {"cpu:avx512_bf16", "cuda:9.0"}},
+    {"AttnType", [](Capabilities& c) { c.attn_types = {AttnType::decoder}; },
+     [](LayerConfig& l) { l.attn_type = AttnType::encoder_decoder; }, {"attn_type", "encoder_decoder", "one of decoder"}},
+    {"SlidingWindow", [](Capabilities& c) { c.sliding_window = false; }, [](LayerConfig& l) { l.sliding_window = 4096; },
+     {"sliding_window", "4096", "0 (no sliding window)"}},
+    {"LogitsSoftCap", [](Capabilities& c) { c.soft_cap = false; }, [](LayerConfig& l) { l.logits_soft_cap = 50.0f; },
+     {"logits_soft_cap", "50", "0 (no soft-cap)"}},
+    {"Alibi", [](Capabilities& c) { c.alibi = false; }, [](LayerConfig& l) { l.use_alibi = true; },
+     {"use_alibi", "true", "false (no ALiBi)"}},
+    {"NonCausal", [](Capabilities& c) { c.non_causal = false; }, [](LayerConfig& l) { l.use_non_causal = true; },
+     {"use_non_causal", "true", "false (causal only)"}},
+    {"BatchInvariant", [](Capabilities& c) { c.batch_invariance = false; },
+     [](LayerConfig& l) { l.use_batch_invariant = true; }, {"use_batch_invariant", "true", "false (not batch invariant)"}},
+    {"KvConnector", [](Capabilities& c) { c.kv_connector = false; }, [](LayerConfig& l) { l.use_kv_connector = true; },
+     {"use_kv_connector", "true", "false (no KV connector)"}},
+};
+
+class OneReason : public ::testing::TestWithParam<OneReasonCase> {};
+
+TEST_P(OneReason, NamesTheFieldTheValueAndTheExpectation) {
+  const OneReasonCase& k = GetParam();
   Capabilities c = permissive();
-  c.head_sizes = SizeRule::one_of({64, 128, 256});
+  k.restrict_caps(c);
   LayerConfig l;
-  l.head_size = 72;
-  EXPECT_EQ(only_reason(c, l), (Reason{"head_size", "72", "one of 64, 128, 256"}));
+  k.set_layer(l);
+  EXPECT_EQ(only_reason(c, l, parse_platform(k.platform)), k.expected);
+  for (const char* p : k.passes_on) EXPECT_TRUE(check_capabilities(c, l, parse_platform(p)).empty()) << p;
 }
 
-TEST(CheckerReasons, HeadSizeV) {
+INSTANTIATE_TEST_SUITE_P(CheckerReasons, OneReason, ::testing::ValuesIn(kOneReason),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// What the table's rows allow once the offending value changes.
+
+TEST(CheckerReasons, HeadSizeVExplicitlyEqualIsFine) {
   Capabilities c = permissive();
   c.distinct_head_size_v = false;
   LayerConfig l;
-  l.head_size_v = 64;
-  EXPECT_EQ(only_reason(c, l), (Reason{"head_size_v", "64", "equal to head_size=128"}));
-  l.head_size_v = 128;  // explicitly equal is fine
+  l.head_size_v = 128;
   EXPECT_TRUE(check_capabilities(c, l, cpu()).empty());
-}
-
-TEST(CheckerReasons, DType) {
-  Capabilities c = permissive();
-  c.dtypes = {DType::float16, DType::bfloat16};
-  LayerConfig l;
-  l.dtype = DType::float32;
-  EXPECT_EQ(only_reason(c, l), (Reason{"dtype", "float32", "one of float16, bfloat16"}));
-}
-
-TEST(CheckerReasons, KvCacheDType) {
-  Capabilities c = permissive();
-  c.kv_cache_dtypes = {KVCacheDType::auto_, KVCacheDType::fp8};
-  LayerConfig l;
-  l.kv_cache_dtype = KVCacheDType::nvfp4;
-  EXPECT_EQ(only_reason(c, l), (Reason{"kv_cache_dtype", "nvfp4", "one of auto, fp8"}));
 }
 
 TEST(CheckerReasons, BlockSizeOnlyWhenTheUserSetsOne) {
   Capabilities c = permissive();
   c.block_sizes = SizeRule::multiple_of({16});
-  LayerConfig l;
-  EXPECT_TRUE(check_capabilities(c, l, cpu()).empty()) << "block_size 0 = unset never filters";
-  l.block_size = 8;
-  EXPECT_EQ(only_reason(c, l), (Reason{"block_size", "8", "a multiple of 16"}));
+  EXPECT_TRUE(check_capabilities(c, LayerConfig{}, cpu()).empty()) << "block_size 0 = unset never filters";
 }
 
-TEST(CheckerReasons, MmPrefix) {
+TEST(CheckerReasons, AttentionFreeBackendServesAttentionFreeLayers) {
   Capabilities c = permissive();
-  c.mm_prefix = false;
-  LayerConfig l;
-  l.use_mm_prefix = true;
-  EXPECT_EQ(only_reason(c, l).field, "use_mm_prefix");
-}
-
-TEST(CheckerReasons, MlaLayerOnDenseBackend) {
-  Capabilities c = permissive();
-  LayerConfig l;
-  l.use_mla = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_mla", "true", "false (no MLA)"}));
-}
-
-TEST(CheckerReasons, DenseLayerOnMlaBackend) {
-  Capabilities c = permissive();
-  c.mla = true;
-  EXPECT_EQ(only_reason(c, {}), (Reason{"use_mla", "false", "true (MLA layers only)"}));
-}
-
-TEST(CheckerReasons, Sinks) {
-  Capabilities c = permissive();
-  c.sinks = false;
-  LayerConfig l;
-  l.has_sink = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"has_sink", "true", "false (no attention sinks)"}));
-}
-
-TEST(CheckerReasons, SparseBothWays) {
-  Capabilities c = permissive();
-  LayerConfig l;
-  l.use_sparse = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_sparse", "true", "false (dense attention only)"}));
-  c.sparse = true;
-  EXPECT_EQ(only_reason(c, {}), (Reason{"use_sparse", "false", "true (top-k sparse layers only)"}));
-}
-
-TEST(CheckerReasons, BlockSparseBothWays) {
-  Capabilities c = permissive();
-  LayerConfig l;
-  l.use_block_sparse = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_block_sparse", "true", "false (no block-sparse pattern)"}));
-  c.block_sparse = true;
-  EXPECT_EQ(only_reason(c, {}), (Reason{"use_block_sparse", "false", "true (block-sparse layers only)"}));
-}
-
-TEST(CheckerReasons, AttentionFreeBothWays) {
-  Capabilities c = permissive();
+  c.attention_free = true;
   LayerConfig l;
   l.is_attention_free = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"is_attention_free", "true", "false (needs an attention layer)"}));
-  c.attention_free = true;
-  EXPECT_EQ(only_reason(c, {}), (Reason{"is_attention_free", "false", "true (serves attention-free layers only)"}));
   EXPECT_TRUE(check_capabilities(c, l, cpu()).empty());
 }
 
@@ -150,100 +167,12 @@ TEST(CheckerReasons, AttentionFreeLayerSkipsShapeChecks) {
   EXPECT_EQ(only_reason(c, l).field, "platform");
 }
 
-TEST(CheckerReasons, PerHeadQuantScales) {
-  Capabilities c = permissive();
-  c.per_head_quant_scales = false;
-  LayerConfig l;
-  l.use_per_head_quant_scales = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_per_head_quant_scales", "true", "false (per-tensor scales only)"}));
-}
-
-TEST(CheckerReasons, ComputeCapabilityTooLow) {
-  Capabilities c = permissive();
-  c.min_cc = ComputeCapability{8, 0};
-  EXPECT_EQ(only_reason(c, {}, parse_platform("cuda:7.5")), (Reason{"compute_capability", "7.5", ">= 8.0"}));
-  EXPECT_TRUE(check_capabilities(c, {}, parse_platform("cuda:8.0")).empty());
-}
-
-TEST(CheckerReasons, ComputeCapabilityTooHigh) {
-  Capabilities c = permissive();
-  c.max_cc = ComputeCapability{9, 0};
-  EXPECT_EQ(only_reason(c, {}, parse_platform("cuda:10.0")), (Reason{"compute_capability", "10.0", "<= 9.0"}));
-}
-
-TEST(CheckerReasons, ComputeCapabilityOutsideARange) {
-  Capabilities c = permissive();
-  c.min_cc = ComputeCapability{8, 0};
-  c.max_cc = ComputeCapability{9, 0};
-  EXPECT_EQ(only_reason(c, {}, parse_platform("cuda:12.0")), (Reason{"compute_capability", "12.0", "8.0..9.0"}));
-  EXPECT_TRUE(check_capabilities(c, {}, parse_platform("cuda:8.6")).empty());
-  EXPECT_TRUE(check_capabilities(c, {}, cpu()).empty()) << "compute capability is a cuda-only check";
-}
-
-TEST(CheckerReasons, CpuFeatures) {
-  Capabilities c = permissive();
-  c.required_cpu_features = {CpuFeature::avx2, CpuFeature::avx512f, CpuFeature::avx512_bf16};
-  EXPECT_EQ(only_reason(c, {}), (Reason{"cpu_features", "missing avx512f, avx512_bf16", "CPU with avx2, avx512f, avx512_bf16"}));
-  EXPECT_TRUE(check_capabilities(c, {}, parse_platform("cpu:avx512_bf16")).empty());
-  EXPECT_TRUE(check_capabilities(c, {}, parse_platform("cuda:9.0")).empty()) << "cpu features are a cpu-only check";
-}
-
-TEST(CheckerReasons, AttnType) {
-  Capabilities c = permissive();
-  c.attn_types = {AttnType::decoder};
-  LayerConfig l;
-  l.attn_type = AttnType::encoder_decoder;
-  EXPECT_EQ(only_reason(c, l), (Reason{"attn_type", "encoder_decoder", "one of decoder"}));
-}
-
-TEST(CheckerReasons, SlidingWindow) {
-  Capabilities c = permissive();
-  c.sliding_window = false;
-  LayerConfig l;
-  l.sliding_window = 4096;
-  EXPECT_EQ(only_reason(c, l), (Reason{"sliding_window", "4096", "0 (no sliding window)"}));
-}
-
-TEST(CheckerReasons, LogitsSoftCap) {
+TEST(CheckerReasons, LogitsSoftCapValueKeepsItsFraction) {
   Capabilities c = permissive();
   c.soft_cap = false;
   LayerConfig l;
-  l.logits_soft_cap = 50.0f;
-  EXPECT_EQ(only_reason(c, l), (Reason{"logits_soft_cap", "50", "0 (no soft-cap)"}));
   l.logits_soft_cap = 30.5f;
   EXPECT_EQ(only_reason(c, l).value, "30.5");
-}
-
-TEST(CheckerReasons, Alibi) {
-  Capabilities c = permissive();
-  c.alibi = false;
-  LayerConfig l;
-  l.use_alibi = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_alibi", "true", "false (no ALiBi)"}));
-}
-
-TEST(CheckerReasons, NonCausal) {
-  Capabilities c = permissive();
-  c.non_causal = false;
-  LayerConfig l;
-  l.use_non_causal = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_non_causal", "true", "false (causal only)"}));
-}
-
-TEST(CheckerReasons, BatchInvariant) {
-  Capabilities c = permissive();
-  c.batch_invariance = false;
-  LayerConfig l;
-  l.use_batch_invariant = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_batch_invariant", "true", "false (not batch invariant)"}));
-}
-
-TEST(CheckerReasons, KvConnector) {
-  Capabilities c = permissive();
-  c.kv_connector = false;
-  LayerConfig l;
-  l.use_kv_connector = true;
-  EXPECT_EQ(only_reason(c, l), (Reason{"use_kv_connector", "true", "false (no KV connector)"}));
 }
 
 TEST(CheckerReasons, FixedOrderWhenEverythingFails) {

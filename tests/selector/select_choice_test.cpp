@@ -3,6 +3,10 @@
 // planning targets (cpu:avx2, cuda:9.0) vs the detected CPU, and attention-free layers.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <ostream>
+#include <string>
+
 #include "attn/attn.hpp"
 #include "selector/selector_test_util.hpp"
 #include "support/expect_error.hpp"
@@ -10,10 +14,7 @@
 namespace {
 
 using namespace attn;
-using attn::test::ScopedEnv;
-using attn::test::synthetic_caps;
-using attn::test::synthetic_layer;
-using attn::test::throws_error;
+using namespace attn::test;
 
 // Two synthetic backends serving the same layer: `fast` (priority 1) and `slow` (priority 2), in
 // the test's own registry.
@@ -35,68 +36,66 @@ TEST_F(TwoBackends, LowestPriorityNumberWins) {
   for (std::size_t i = 1; i < d.candidates.size(); ++i) EXPECT_LE(d.candidates[i - 1].priority, d.candidates[i].priority);
 }
 
-TEST_F(TwoBackends, ArgumentForcesABackend) {
+// Who forces the backend: each level set to "fast", "slow", "auto" or another name (null: unset),
+// and what wins.
+struct PrecedenceCase {
+  const char* name;
+  const char* env;
+  const char* argument;
+  const char* config;
+  const char* per_kind_full_attention;
+  const char* per_kind_sliding_window;
+  bool use_env;
+  const char* expected_backend;
+  const char* expected_forced_by;
+};
+
+void PrintTo(const PrecedenceCase& k, std::ostream* os) { *os << k.name; }
+
+const PrecedenceCase kPrecedence[] = {
+    // name                           env     argument config  per_kind full / sliding  use_env  wins    forced_by
+    {"ArgumentForcesABackend",         nullptr, "slow", nullptr, nullptr, nullptr, true, "slow", "argument"},
+    {"ArgumentBeatsConfig",            nullptr, "slow", "fast",  nullptr, nullptr, true, "slow", "argument"},
+    {"ConfigIsUsedWithoutArgument",    nullptr, nullptr, "slow", nullptr, nullptr, true, "slow", "config"},
+    {"ConfigBeatsEnv",                 "fast", nullptr, "slow",  nullptr, nullptr, true, "slow", "config"},
+    {"EnvIsUsedLast",                  "slow", nullptr, nullptr, nullptr, nullptr, true, "slow", "env ATTN_BACKEND"},
+    {"EnvIgnoredWhenDisabled",         "slow", nullptr, nullptr, nullptr, nullptr, false, "fast", ""},
+    {"PerKindBeatsArgument",           nullptr, "fast", nullptr, "slow",  nullptr, true, "slow", "per_kind"},
+    // A full-attention layer ignores the sliding_window override.
+    {"PerKindAppliesOnlyToItsKind",    nullptr, nullptr, nullptr, nullptr, "slow", true, "fast", ""},
+    {"AutoArgumentFallsThroughToConfig", nullptr, "auto", "slow", nullptr, nullptr, true, "slow", "config"},
+    {"AutoEnvMeansNotForced",          "auto", nullptr, nullptr, nullptr, nullptr, true, "fast", ""},
+};
+
+struct Precedence : TwoBackends, ::testing::WithParamInterface<PrecedenceCase> {
+  // "fast" and "slow" name this test's backends; any other text stands for itself.
+  std::string backend(const char* role) const {
+    const std::string r = role;
+    return r == "fast" ? fast : r == "slow" ? slow : r;
+  }
+};
+
+TEST_P(Precedence, PicksTheBackendAndSaysWhoForcedIt) {
+  const PrecedenceCase& k = GetParam();
+  std::optional<ScopedEnv> e;
+  if (k.env) e.emplace("ATTN_BACKEND", backend(k.env));
   SelectOptions o = reg.options();
-  o.backend = slow;
+  o.use_env = k.use_env;
+  if (k.argument) o.backend = backend(k.argument);
+  if (k.config) o.config_backend = backend(k.config);
+  if (k.per_kind_full_attention) o.per_kind["full_attention"] = backend(k.per_kind_full_attention);
+  if (k.per_kind_sliding_window) o.per_kind["sliding_window"] = backend(k.per_kind_sliding_window);
   const Decision d = select(cfg, o);
-  EXPECT_EQ(d.backend, slow);
-  EXPECT_EQ(d.forced_by, "argument");
+  EXPECT_EQ(d.backend, backend(k.expected_backend));
+  EXPECT_EQ(d.forced_by, k.expected_forced_by);
 }
 
-TEST_F(TwoBackends, ArgumentBeatsConfig) {
-  SelectOptions o = reg.options();
-  o.backend = slow;
-  o.config_backend = fast;
-  EXPECT_EQ(select(cfg, o).backend, slow);
-}
-
-TEST_F(TwoBackends, ConfigIsUsedWithoutArgument) {
-  SelectOptions o = reg.options();
-  o.config_backend = slow;
-  const Decision d = select(cfg, o);
-  EXPECT_EQ(d.backend, slow);
-  EXPECT_EQ(d.forced_by, "config");
-}
-
-TEST_F(TwoBackends, ConfigBeatsEnv) {
-  ScopedEnv e("ATTN_BACKEND", fast);
-  SelectOptions o = reg.options();
-  o.config_backend = slow;
-  EXPECT_EQ(select(cfg, o).forced_by, "config");
-}
-
-TEST_F(TwoBackends, EnvIsUsedLast) {
-  ScopedEnv e("ATTN_BACKEND", slow);
-  const Decision d = select(cfg, reg.options());
-  EXPECT_EQ(d.backend, slow);
-  EXPECT_EQ(d.forced_by, "env ATTN_BACKEND");
-}
-
-TEST_F(TwoBackends, EnvIgnoredWhenDisabled) {
-  ScopedEnv e("ATTN_BACKEND", slow);
-  SelectOptions o = reg.options();
-  o.use_env = false;
-  EXPECT_EQ(select(cfg, o).backend, fast);
-}
+INSTANTIATE_TEST_SUITE_P(TwoBackends, Precedence, ::testing::ValuesIn(kPrecedence),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(TwoBackends, UnknownEnvBackendNamesTheEnv) {
   ScopedEnv e("ATTN_BACKEND", "not_a_backend");
   EXPECT_TRUE(throws_error([&] { select(cfg, reg.options()); }, {"'not_a_backend' (from env ATTN_BACKEND)"}));
-}
-
-TEST_F(TwoBackends, PerKindBeatsArgument) {
-  SelectOptions o = reg.options();
-  o.backend = fast;
-  o.per_kind["full_attention"] = slow;
-  const Decision d = select(cfg, o);
-  EXPECT_EQ(d.backend, slow);
-  EXPECT_EQ(d.forced_by, "per_kind");
-}
-
-TEST_F(TwoBackends, PerKindAppliesOnlyToItsKind) {
-  SelectOptions o = reg.options();
-  o.per_kind["sliding_window"] = slow;
-  EXPECT_EQ(select(cfg, o).backend, fast) << "a full-attention layer ignores the sliding_window override";
 }
 
 TEST_F(TwoBackends, AutoMeansNotForcedAtEveryLevel) {
@@ -111,26 +110,32 @@ TEST_F(TwoBackends, AutoMeansNotForcedAtEveryLevel) {
   }
 }
 
-TEST_F(TwoBackends, AutoArgumentFallsThroughToConfig) {
-  SelectOptions o = reg.options();
-  o.backend = "auto";
-  o.config_backend = slow;
-  EXPECT_EQ(select(cfg, o).forced_by, "config");
-}
+// A test's own registry, ATTN_BACKEND unset, and a head size no other test uses.
+struct OwnRegistry : ::testing::Test {
+  static inline int next_head = test::kSyntheticHeadBase + 200;
+  int hs = next_head++;
+  test::TestRegistry reg;
+  ScopedEnv env{"ATTN_BACKEND", std::nullopt};
 
-TEST_F(TwoBackends, AutoEnvMeansNotForced) {
-  ScopedEnv e("ATTN_BACKEND", "auto");
-  const Decision d = select(cfg, reg.options());
-  EXPECT_EQ(d.backend, fast);
-  EXPECT_EQ(d.forced_by, "");
-}
+  // Serves the layer at block sizes that are multiples of 16 only.
+  Capabilities block_16_caps() const {
+    Capabilities c = synthetic_caps(hs);
+    c.block_sizes = SizeRule::multiple_of({16});
+    return c;
+  }
+  // The layer with the user's --block-size 8.
+  LayerConfig layer_with_block_8() const {
+    LayerConfig c = synthetic_layer(hs);
+    c.block_size = 8;
+    return c;
+  }
+};
 
 // --- block size ---
 
-TEST(SelectorBlockSize, BackendPreferredWhenUnset) {
-  test::TestRegistry reg;
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  const int hs = test::kSyntheticHeadBase + 200;
+using SelectorBlockSize = OwnRegistry;
+
+TEST_F(SelectorBlockSize, BackendPreferredWhenUnset) {
   const std::string name = reg.add_synthetic("bs_pref", synthetic_caps(hs), 1);
   const Decision d = select(synthetic_layer(hs), reg.options());
   EXPECT_EQ(d.backend, name);
@@ -138,16 +143,10 @@ TEST(SelectorBlockSize, BackendPreferredWhenUnset) {
   EXPECT_FALSE(d.block_size_from_user);
 }
 
-TEST(SelectorBlockSize, NoteWhenTheUserBlockSizePrecludedBetterBackends) {
-  test::TestRegistry reg;
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  const int hs = test::kSyntheticHeadBase + 201;
-  Capabilities strict = synthetic_caps(hs);
-  strict.block_sizes = SizeRule::multiple_of({16});
-  const std::string best = reg.add_synthetic("bs_best", strict, 1);
-  const std::string next = reg.add_synthetic("bs_next", strict, 2);
-  LayerConfig cfg = synthetic_layer(hs);
-  cfg.block_size = 8;
+TEST_F(SelectorBlockSize, NoteWhenTheUserBlockSizePrecludedBetterBackends) {
+  const std::string best = reg.add_synthetic("bs_best", block_16_caps(), 1);
+  const std::string next = reg.add_synthetic("bs_next", block_16_caps(), 2);
+  LayerConfig cfg = layer_with_block_8();
   const Decision d = select(cfg, reg.options());
   EXPECT_EQ(d.backend, "reference");
   EXPECT_EQ(d.block_size, 8);
@@ -163,42 +162,29 @@ TEST(SelectorBlockSize, NoteWhenTheUserBlockSizePrecludedBetterBackends) {
   EXPECT_TRUE(ok.notes.empty());
 }
 
-TEST(SelectorBlockSize, NoNoteWhenTheBetterBackendFailsForOtherReasonsToo) {
-  test::TestRegistry reg;
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  const int hs = test::kSyntheticHeadBase + 202;
-  Capabilities strict = synthetic_caps(hs);
-  strict.block_sizes = SizeRule::multiple_of({16});
+TEST_F(SelectorBlockSize, NoNoteWhenTheBetterBackendFailsForOtherReasonsToo) {
+  Capabilities strict = block_16_caps();
   strict.dtypes = {DType::bfloat16};
   const std::string other = reg.add_synthetic("bs_other", strict, 1);
-  LayerConfig cfg = synthetic_layer(hs);  // float32: excluded regardless of the block size
-  cfg.block_size = 8;
+  const LayerConfig cfg = layer_with_block_8();  // float32: excluded regardless of the block size
   // No block-size note; the slow path says the oracle serves the layer, and why bs_other cannot.
   const Decision d = select(cfg, reg.options());
   EXPECT_TRUE(d.notes.empty());
   EXPECT_NE(d.slow_path.find(other + ": dtype=float32"), std::string::npos) << d.slow_path;
 }
 
-TEST(SelectorBlockSize, NoNoteWhenABackendIsForced) {
-  test::TestRegistry reg;
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  const int hs = test::kSyntheticHeadBase + 203;
-  Capabilities strict = synthetic_caps(hs);
-  strict.block_sizes = SizeRule::multiple_of({16});
-  reg.add_synthetic("bs_forced", strict, 1);
-  LayerConfig cfg = synthetic_layer(hs);
-  cfg.block_size = 8;
+TEST_F(SelectorBlockSize, NoNoteWhenABackendIsForced) {
+  reg.add_synthetic("bs_forced", block_16_caps(), 1);
   SelectOptions o = reg.options();
   o.backend = "reference";
-  EXPECT_TRUE(select(cfg, o).notes.empty());
+  EXPECT_TRUE(select(layer_with_block_8(), o).notes.empty());
 }
 
 // --- platforms ---
 
-TEST(SelectorPlatform, PlanningTargetUsesItsFeaturesNotThisMachine) {
-  test::TestRegistry reg;
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  const int hs = test::kSyntheticHeadBase + 300;
+using SelectorPlatform = OwnRegistry;
+
+TEST_F(SelectorPlatform, PlanningTargetUsesItsFeaturesNotThisMachine) {
   Capabilities caps = synthetic_caps(hs);
   caps.required_cpu_features = {CpuFeature::avx512f, CpuFeature::avx512_bf16};
   const std::string name = reg.add_synthetic("bf16_cpu", caps, 1);
@@ -224,10 +210,7 @@ TEST(SelectorPlatform, PlanningTargetUsesItsFeaturesNotThisMachine) {
   EXPECT_EQ(select(cfg, reg.options()).platform, detect_cpu().to_string());
 }
 
-TEST(SelectorPlatform, CudaPlanningTargetChecksComputeCapability) {
-  test::TestRegistry reg;
-  ScopedEnv env("ATTN_BACKEND", std::nullopt);
-  const int hs = test::kSyntheticHeadBase + 301;
+TEST_F(SelectorPlatform, CudaPlanningTargetChecksComputeCapability) {
   Capabilities caps = synthetic_caps(hs);
   caps.platforms = {PlatformKind::cuda};
   caps.min_cc = ComputeCapability{8, 0};

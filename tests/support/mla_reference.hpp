@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/test_support.hpp"
@@ -28,7 +29,7 @@ struct MlaCaseSpec {
   int num_threads = 0;
   // Optional: rewrites the latent entry (rank + rope values drawn uniform in [-1, 1]) of write
   // token `token` before it is written (e.g. fp8_ds_mla tiles of very different scales).
-  std::function<void(int token, float* entry)> shape_entry;
+  std::function<void(int token, float* entry)> shape_entry = {};
   std::string describe() const;
 };
 
@@ -44,6 +45,20 @@ struct MlaCase {
   std::vector<double> q_nope, q_pe;           // [T][H][nope], [T][H][rope]: the un-absorbed query
   std::vector<int32_t> topk;                  // [T][spec.topk] positions, -1 = padding
 };
+
+/// The tests' usual case for `backend`: fp8 caches scaled by 0.05, and 24 indices per token where
+/// the backend is cpu_sparse; block size, threads and the rest stay the defaults.
+inline MlaCaseSpec mla_spec(const std::string& backend, int num_heads, DType dtype, KVCacheDType kv, uint64_t seed,
+                            std::vector<SeqShape> seqs) {
+  return MlaCaseSpec{.backend = backend,
+                     .num_heads = num_heads,
+                     .dtype = dtype,
+                     .kv_cache_dtype = kv,
+                     .seqs = std::move(seqs),
+                     .seed = seed,
+                     .topk = backend == "cpu_sparse" ? 24 : 0,
+                     .kv_scale = 0.05f};
+}
 
 /// Builds the case: latent written through the backend's write_kv into a NaN-poisoned cache with
 /// permuted (optionally aliased) block tables; q = [W_UK[h]·q_nope | q_pe] in the layer dtype.

@@ -140,15 +140,7 @@ TEST(SequenceBlocks, ForkSharesEveryBlock) {
 
 struct CopyOnWrite : ::testing::Test {
   BlockAllocator alloc{8};
-  KVCache cache{[] {
-    KVCacheSpec s;
-    s.num_blocks = 8;
-    s.block_size = 4;
-    s.num_kv_heads = 1;
-    s.head_size = 2;
-    s.dtype = DType::float32;
-    return s;
-  }()};
+  KVCache cache{KVCacheSpec{.num_blocks = 8, .block_size = 4, .num_kv_heads = 1, .head_size = 2, .dtype = DType::float32}};
   int64_t block_floats() const { return cache.view().block_stride; }
   float* block(int32_t b) { return static_cast<float*>(cache.data()) + b * block_floats(); }
 };

@@ -19,16 +19,8 @@ using attn::test::throws_error;
 constexpr int kWidth = ds_mla::kRank + ds_mla::kRope;
 
 KVCacheSpec ds_spec() {
-  KVCacheSpec s;
-  s.num_blocks = 3;
-  s.block_size = 5;
-  s.num_kv_heads = 1;
-  s.head_size = kWidth;
-  s.head_size_v = ds_mla::kRank;
-  s.dtype = DType::fp8_e4m3;
-  s.kv_cache_dtype = KVCacheDType::fp8_ds_mla;
-  s.layout = KVLayout::MLA;
-  return s;
+  return {.num_blocks = 3, .block_size = 5, .num_kv_heads = 1, .head_size = kWidth, .head_size_v = ds_mla::kRank,
+          .dtype = DType::fp8_e4m3, .kv_cache_dtype = KVCacheDType::fp8_ds_mla, .layout = KVLayout::MLA};
 }
 
 // Writes `rows` ([n][576] floats) to slots 0..n-1 and returns the cache.

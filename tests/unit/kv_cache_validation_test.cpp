@@ -19,15 +19,8 @@ using namespace attn;
 using attn::test::throws_error;
 
 KVCacheSpec small_spec(DType dtype = DType::float32, KVLayout layout = KVLayout::NHD) {
-  KVCacheSpec s;
-  s.num_blocks = 4;
-  s.block_size = 4;
-  s.num_kv_heads = 2;
-  s.head_size = 8;
-  s.head_size_v = 6;
-  s.dtype = dtype;
-  s.layout = layout;
-  return s;
+  return {.num_blocks = 4, .block_size = 4, .num_kv_heads = 2, .head_size = 8, .head_size_v = 6, .dtype = dtype,
+          .layout = layout};
 }
 
 // --- construction ---

@@ -27,14 +27,8 @@ class FakeDevice final : public DeviceAllocator {
 };
 
 KVCacheSpec small_spec() {
-  KVCacheSpec s;
-  s.num_blocks = 3;
-  s.block_size = 16;
-  s.num_kv_heads = 2;
-  s.head_size = 64;
-  s.dtype = DType::bfloat16;
-  s.per_head_scales = true;
-  return s;
+  return {.num_blocks = 3, .block_size = 16, .num_kv_heads = 2, .head_size = 64, .dtype = DType::bfloat16,
+          .per_head_scales = true};
 }
 
 TEST(KVCacheDevice, DeviceCacheViewsCopiesAndRefusesHostWrites) {

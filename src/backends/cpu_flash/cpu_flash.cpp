@@ -8,6 +8,7 @@
 
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
+#include "backends/cpu_dense_descriptor.hpp"
 #include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
 #include "backends/cpu_flash/isa.hpp"
@@ -146,24 +147,15 @@ class CpuFlashImpl final : public AttentionImpl {
 }  // namespace cpu_flash
 
 BackendDescriptor cpu_flash_descriptor() {
-  BackendDescriptor d;
-  d.name = "cpu_flash";
-  d.summary = "flash attention on the paged cache: GQA-shared K/V loads, split-KV decode, SIMD chosen at run time";
-  Capabilities& c = d.caps;
-  c.platforms = {PlatformKind::cpu};
-  c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   // Every format: int4 in the rotated space, nvfp4 rows unpacked to bf16, turboquant slots to fp32
   // rows with q rotated once (per chunk into scratch rows, in the decode kernel and the general one).
-  c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
-  c.head_sizes = cpu_flash::head_size_rule();
-  c.block_sizes = SizeRule::any();
-  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
-  c.per_head_quant_scales = true;
+  BackendDescriptor d = cpu_dense_every_format_descriptor(
+      "cpu_flash", "flash attention on the paged cache: GQA-shared K/V loads, split-KV decode, SIMD chosen at run time",
+      cpu_flash::head_size_rule());
   // Plans depend on each sequence alone and every item runs alone in a fixed order
   // (proven by the batch-invariance tests in tests/).
-  c.batch_invariance = true;
-  c.attn_types = {AttnType::decoder, AttnType::encoder, AttnType::encoder_only, AttnType::encoder_decoder};
+  d.caps.batch_invariance = true;
+  d.caps.attn_types = {AttnType::decoder, AttnType::encoder, AttnType::encoder_only, AttnType::encoder_decoder};
   d.priority = 10;
   // Head-major blocks, each (block, KV head) one contiguous run of K and one of V, ordered in
   // pairs for the pair kernels' bf16 dot products: bf16 q on bf16, fp8 or int8 storage (fp8,

@@ -3,6 +3,8 @@
 // sequence and a block of heads: recurrent form for decode, chunked form for prefill (per-ISA builds).
 #include <cstdint>
 
+#include "mamba/chunked_scan.hpp"
+
 namespace attn::mixer {
 
 struct LinearScan {
@@ -14,17 +16,14 @@ struct LinearScan {
 };
 
 /// Scratch floats the chunked form needs for chunk length L and a block of `heads` heads (layout
-/// in linear_chunk.inc; rows padded to 16 floats so the tile kernels never need masked loads).
+/// in linear_chunk.inc; rows padded: scratch_row).
 inline int64_t linear_scratch_floats(int64_t L, int64_t heads, int64_t dk, int64_t dv) {
-  const int64_t Lp = (L + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+  const int64_t Lp = scratch_row(L), dvp = scratch_row(dv);
   return heads * dk * dvp + 2 * L * dk + dk * Lp + 3 * L * dvp + L * Lp + Lp + 1;
 }
 
-// Tokens [t0, t0 + len) of heads [h0, h1); state: head h0's [dk, dv] block of the slot, the
-// block's other heads after it. chunk == 0 or len == 1: the recurrence.
-using LinearScanFn = void(const LinearScan& a, int64_t t0, int64_t len, int64_t h0, int64_t h1, int64_t chunk,
-                          float* state, float* scratch);
-namespace avx512 { LinearScanFn linear_scan; }
-namespace generic { LinearScanFn linear_scan; }
+// A head's state block: [dk, dv].
+namespace avx512 { ChunkedScanFn<LinearScan> linear_scan; }
+namespace generic { ChunkedScanFn<LinearScan> linear_scan; }
 
 }  // namespace attn::mixer

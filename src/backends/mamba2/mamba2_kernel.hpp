@@ -3,6 +3,8 @@
 // form for prefill (per-ISA builds).
 #include <cstdint>
 
+#include "mamba/chunked_scan.hpp"
+
 namespace attn::mixer {
 
 struct Mamba2Scan {
@@ -17,17 +19,14 @@ struct Mamba2Scan {
 };
 
 /// Scratch floats the chunked form needs for chunk length L and a block of `heads` heads (layout
-/// in mamba2_chunk.inc; rows padded to 16 floats so the tile kernels never need masked loads).
+/// in mamba2_chunk.inc; rows padded: scratch_row).
 inline int64_t mamba2_scratch_floats(int64_t L, int64_t heads, int64_t P, int64_t N) {
-  const int64_t Lp = (L + 15) / 16 * 16, Pp = (P + 15) / 16 * 16;
+  const int64_t Lp = scratch_row(L), Pp = scratch_row(P);
   return heads * N * Pp + 2 * L * N + N * Lp + 2 * L * Lp + 3 * L * Pp + 2 * Lp;
 }
 
-// Tokens [t0, t0 + len) of heads [h0, h1), all of one group; state: head h0's [P, N] block of
-// the slot, the block's other heads after it. chunk == 0 or len == 1: the sequential recurrence.
-using Mamba2ScanFn = void(const Mamba2Scan& a, int64_t t0, int64_t len, int64_t h0, int64_t h1, int64_t chunk,
-                          float* state, float* scratch);
-namespace avx512 { Mamba2ScanFn mamba2_scan; }
-namespace generic { Mamba2ScanFn mamba2_scan; }
+// h0, h1: heads of one group; a head's state block: [P, N].
+namespace avx512 { ChunkedScanFn<Mamba2Scan> mamba2_scan; }
+namespace generic { ChunkedScanFn<Mamba2Scan> mamba2_scan; }
 
 }  // namespace attn::mixer

@@ -10,6 +10,7 @@
 #include "attn/backend.hpp"
 #include "attn/error.hpp"
 #include "attn/limits.hpp"
+#include "backends/cpu_dense_descriptor.hpp"
 #include "cpu/threads.hpp"
 
 namespace attn {
@@ -176,21 +177,11 @@ class ReferenceImpl final : public AttentionImpl {
 }  // namespace
 
 BackendDescriptor reference_descriptor() {
-  BackendDescriptor d;
-  d.name = "reference";
-  d.summary = "plain loops, every feature, fp32 accumulation; the oracle (lowest priority)";
-  Capabilities& c = d.caps;
-  c.platforms = {PlatformKind::cpu};
-  c.dtypes = {DType::float32, DType::float16, DType::bfloat16};
-  c.kv_cache_dtypes = per_element_kv_cache_dtypes();
-  for (KVCacheDType k : packed_kv_cache_dtypes()) c.kv_cache_dtypes.push_back(k);
-  c.head_sizes = SizeRule::any();
-  c.block_sizes = SizeRule::any();
-  c.distinct_head_size_v = true;
-  c.sinks = c.sliding_window = c.soft_cap = c.alibi = c.non_causal = c.mm_prefix = true;
-  c.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
-  c.per_head_quant_scales = true;
-  c.attn_types = all_attn_types();
+  BackendDescriptor d = cpu_dense_every_format_descriptor(
+      "reference", "plain loops, every feature, fp32 accumulation; the oracle (lowest priority)", SizeRule::any());
+  d.caps.distinct_head_size_v = true;
+  d.caps.batch_invariance = true;  // each (sequence, head) is computed alone, in a fixed order
+  d.caps.attn_types = all_attn_types();
   d.priority = 1000;
   d.oracle = true;
   d.preferred_block_size = 16;

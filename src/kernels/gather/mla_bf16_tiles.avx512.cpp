@@ -21,6 +21,26 @@ inline __m512bh bcast_pair(const void* p) {
 
 inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
+// One pair step of both products: acc[j][h] += a[h] · pair(j) for NJ broadcast pairs against NH
+// vectors of a (and of a's low halves when LO). Always inlined, so each tile keeps its
+// accumulators in registers.
+template <int NJ, int NH, bool LO, typename PairAt>
+[[gnu::always_inline]] inline void dot_pairs(__m512 (&acc)[NJ][NH], const uint32_t* a, const uint32_t* alo, PairAt pair) {
+  __m512bh av[NH], alv[NH];
+  for (int h = 0; h < NH; ++h) {
+    av[h] = load_pairs(a + h * kLanes);
+    if constexpr (LO) alv[h] = load_pairs(alo + h * kLanes);
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < NJ; ++j) {
+    const __m512bh b = bcast_pair(pair(j));
+    for (int h = 0; h < NH; ++h) {
+      acc[j][h] = _mm512_dpbf16_ps(acc[j][h], av[h], b);
+      if constexpr (LO) acc[j][h] = _mm512_dpbf16_ps(acc[j][h], alv[h], b);
+    }
+  }
+}
+
 // NH head blocks × NT keys. The key pointers stay fixed while one offset walks the pairs, so
 // the loop needs NT + 2 address registers: NT = 8 keeps them all in registers (16 spilled six).
 // DS (fp8_ds_mla): the pairs run tile by tile into fresh accumulators, each tile's sums folded
@@ -42,19 +62,7 @@ void score_tile(const uint32_t* qp, const uint32_t* qlo, int head_blocks, int hb
       for (int h = 0; h < NH; ++h) acc[t][h] = _mm512_setzero_ps();
     for (; p < end; ++p) {
       pf.tick();
-      __m512bh qv[NH], qlv[NH];
-      for (int h = 0; h < NH; ++h) {
-        qv[h] = load_pairs(q + h * kLanes);
-        if constexpr (LO) qlv[h] = load_pairs(ql + h * kLanes);
-      }
-#pragma GCC unroll 16
-      for (int t = 0; t < NT; ++t) {
-        const __m512bh kb = bcast_pair(k[t] + 2 * p);
-        for (int h = 0; h < NH; ++h) {
-          acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qv[h], kb);
-          if constexpr (LO) acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qlv[h], kb);
-        }
-      }
+      dot_pairs<NT, NH, LO>(acc, q, ql, [&](int t) { return k[t] + 2 * p; });
       q += qstride;
       if constexpr (LO) ql += qstride;
     }
@@ -103,19 +111,7 @@ void pv_tile(float* oacc, const float* alpha, int head_blocks, int hb, int c0, c
   const uint32_t* v = vp + c0;
   for (int i = 0; i < num_pairs; ++i) {
     pf.tick();
-    __m512bh pv[NH], plv[NH];
-    for (int h = 0; h < NH; ++h) {
-      pv[h] = load_pairs(p + h * kLanes);
-      if constexpr (LO) plv[h] = load_pairs(pl + h * kLanes);
-    }
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) {
-      const __m512bh vb = bcast_pair(v + c);
-      for (int h = 0; h < NH; ++h) {
-        acc[c][h] = _mm512_dpbf16_ps(acc[c][h], pv[h], vb);
-        if constexpr (LO) acc[c][h] = _mm512_dpbf16_ps(acc[c][h], plv[h], vb);
-      }
-    }
+    dot_pairs<NC, NH, LO>(acc, p, pl, [&](int c) { return v + c; });
     p += pstride;
     if constexpr (LO) pl += pstride;
     v += cols;

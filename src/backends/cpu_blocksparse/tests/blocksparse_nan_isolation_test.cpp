@@ -7,6 +7,7 @@
 
 #include "attn/attn.hpp"
 #include "backends/cpu_blocksparse/blocksparse_pattern.hpp"
+#include "backends/cpu_blocksparse/tests/blocksparse_case.hpp"
 #include "support/plant_nonfinite.hpp"
 #include "support/test_support.hpp"
 
@@ -18,19 +19,8 @@ TEST(CpuBlockSparseNan, MaskedBlocksAndFutureKeysContributeNothing) {
   for (int kv_heads : {1, 2}) {
     for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::bfloat16, KVCacheDType::fp8_e5m2}) {
       for (DType io : {DType::bfloat16, DType::float32}) {
-        CaseSpec spec;
-        LayerConfig& cfg = spec.config;
-        cfg.num_heads = 8;
-        cfg.num_kv_heads = kv_heads;
-        cfg.head_size = 64;
-        cfg.dtype = io;
-        cfg.kv_cache_dtype = kv;
-        cfg.use_block_sparse = true;
-        cfg.bs_block_size = 8;
-        cfg.bs_local_blocks = 2;
-        cfg.bs_vert_stride = 3;
-        spec.block_size = 16;
-        spec.seed = seed;
+        CaseSpec spec = blocksparse_case(io, kv, seed, kv_heads);
+        const LayerConfig& cfg = spec.config;
         spec.seqs = {{0, 77}, {41, 19}, {130, 3}};
         const blocksparse::Pattern pat{cfg.bs_block_size, cfg.bs_local_blocks, cfg.bs_vert_stride};
         Case c = make_case(spec, "cpu_blocksparse");

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "attn/attn.hpp"
+#include "backends/cpu_blocksparse/tests/blocksparse_case.hpp"
 #include "kernels/gather/mla_kernel.hpp"
 #include "support/cpu_isa_env.hpp"
 #include "support/expect_error.hpp"
@@ -9,25 +10,6 @@
 
 namespace attn::test {
 namespace {
-
-CaseSpec blocksparse_case(DType dtype, KVCacheDType kv, uint64_t seed) {
-  CaseSpec s;
-  LayerConfig& c = s.config;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_size = 64;
-  c.dtype = dtype;
-  c.kv_cache_dtype = kv;
-  c.use_block_sparse = true;
-  c.bs_block_size = 8;
-  c.bs_local_blocks = 2;
-  c.bs_vert_stride = 3;
-  s.block_size = 16;
-  s.seed = seed;
-  // long prefill, chunked prefill crossing sparse blocks, decodes, odd lengths
-  s.seqs = {{0, 77}, {41, 19}, {130, 1}, {5, 1}};
-  return s;
-}
 
 void expect_matches(const CaseSpec& spec) {
   Case c = make_case(spec, "cpu_blocksparse");

@@ -8,18 +8,8 @@ namespace attn::test {
 namespace {
 
 MlaCaseSpec ragged(const std::string& backend, DType dtype, KVCacheDType kv, uint64_t seed) {
-  MlaCaseSpec s;
-  s.backend = backend;
-  s.num_heads = 4;
-  s.dtype = dtype;
-  s.kv_cache_dtype = kv;
-  s.seed = seed;
-  s.block_size = 16;
   // decode, chunked prefill, fresh prefill, odd lengths
-  s.seqs = {{37, 1}, {50, 13}, {0, 29}, {1, 1}};
-  s.kv_scale = 0.05f;
-  if (s.backend == "cpu_sparse") s.topk = 24;
-  return s;
+  return mla_spec(backend, 4, dtype, kv, seed, {{37, 1}, {50, 13}, {0, 29}, {1, 1}});
 }
 
 void expect_matches_absorbed(MlaCaseSpec spec) {

@@ -49,17 +49,9 @@ TEST(CpuMlaNan, MaskedKeysInTheSameTileContributeNothing) {
     for (int heads : {4, 16, 20}) {
       for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3, KVCacheDType::fp8_e5m2}) {
         for (DType io : {DType::bfloat16, DType::float32}) {
-          MlaCaseSpec spec;
-          spec.backend = "cpu_mla";
-          spec.num_heads = heads;
-          spec.dtype = io;
-          spec.kv_cache_dtype = kv;
-          spec.kv_scale = 0.05f;
-          spec.seed = seed;
-          spec.block_size = 16;
           // chunked prefills whose last key shares a 16/32/64-key chunk with visible keys,
-          // a fresh prefill and a long one that splits over threads
-          spec.seqs = {{50, 13}, {0, 29}, {37, 2}, {300, 3}};
+          // a fresh prefill and a long one that splits over threads (16-token blocks)
+          MlaCaseSpec spec = mla_spec("cpu_mla", heads, io, kv, seed, {{50, 13}, {0, 29}, {37, 2}, {300, 3}});
           spec.num_threads = 2;
           expect_isolated(spec);
         }

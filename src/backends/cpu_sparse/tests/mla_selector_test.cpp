@@ -8,17 +8,8 @@ namespace attn {
 namespace {
 
 LayerConfig deepseek_v2_lite() {
-  LayerConfig c;
-  c.num_heads = 16;
-  c.num_kv_heads = 1;
-  c.head_size = 576;
-  c.head_size_v = 512;
-  c.use_mla = true;
-  c.kv_lora_rank = 512;
-  c.qk_rope_head_dim = 64;
-  c.qk_nope_head_dim = 128;
-  c.v_head_dim = 128;
-  return c;
+  return {.num_heads = 16, .num_kv_heads = 1, .head_size = 576, .head_size_v = 512, .use_mla = true,
+          .kv_lora_rank = 512, .qk_rope_head_dim = 64, .qk_nope_head_dim = 128, .v_head_dim = 128};
 }
 
 LayerConfig deepseek_v32() {
@@ -30,15 +21,8 @@ LayerConfig deepseek_v32() {
 }
 
 LayerConfig phi3_small_blocksparse() {
-  LayerConfig c;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_size = 128;
-  c.use_block_sparse = true;
-  c.bs_block_size = 64;
-  c.bs_local_blocks = 16;
-  c.bs_vert_stride = 8;
-  return c;
+  return {.num_heads = 32, .num_kv_heads = 8, .head_size = 128, .use_block_sparse = true, .bs_block_size = 64,
+          .bs_local_blocks = 16, .bs_vert_stride = 8};
 }
 
 SelectOptions forced(const std::string& backend) {

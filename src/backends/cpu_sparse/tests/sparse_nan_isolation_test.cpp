@@ -18,15 +18,7 @@ TEST(CpuSparseNan, UnselectedAndFutureKeysContributeNothing) {
   for (int heads : {4, 16, 20}) {
     for (KVCacheDType kv : {KVCacheDType::auto_, KVCacheDType::fp8_e4m3}) {
       for (DType io : {DType::bfloat16, DType::float32}) {
-        MlaCaseSpec spec;
-        spec.backend = "cpu_sparse";
-        spec.num_heads = heads;
-        spec.dtype = io;
-        spec.kv_cache_dtype = kv;
-        spec.kv_scale = 0.05f;
-        spec.seed = seed;
-        spec.topk = 24;
-        spec.seqs = {{50, 13}, {0, 29}, {90, 4}};
+        const MlaCaseSpec spec = mla_spec("cpu_sparse", heads, io, kv, seed, {{50, 13}, {0, 29}, {90, 4}});
         MlaCase c = make_mla_case(spec);
         // Every token lists its sequence's last position: a future key for all but the last token.
         std::vector<std::set<int>> listed(c.md.num_seqs);
