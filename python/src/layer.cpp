@@ -325,11 +325,8 @@ void bind_layer(nb::module_& m) {
           nb::arg("k"), nb::arg("v").none(), nb::arg("cache"), nb::arg("metadata"),
           "k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v]: the step's new\n"
           "keys and values, stored into the slots of metadata.slot_mapping (quantized for fp8 caches).")
-      .def("__repr__", [](const Attention& a) {
-        const std::string v = a.variant();
-        return "Attention(backend='" + a.backend() + "'" + (v.empty() ? "" : ", variant='" + v + "'") + ", " +
-               a.config().to_string() + ")";
-      });
+      // Layer::to_string under the Python class's name: "Attention(backend='cpu_flash', ...)".
+      .def("__repr__", [](const Attention& a) { return "Attention" + a.to_string().substr(std::string_view("Layer").size()); });
   bind_step(m, attention);
 }
 
