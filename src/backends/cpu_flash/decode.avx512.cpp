@@ -13,7 +13,7 @@ ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
     case KvType::f32: return &run_item<KvType::f32, false>;
     case KvType::e4m3: return &run_item<KvType::e4m3, false>;
     case KvType::e5m2: return &run_item<KvType::e5m2, false>;
-    case KvType::i8: return nullptr;  // per-token-head: the pair kernel (VBMI builds) or the general one
+    case KvType::i8: return nullptr;  // per-token-head: the pair kernel (AVX512-VNNI) or the general one
     case KvType::i4: return nullptr;  // pair caches only (decode_kernel_avx512_int4_pairs)
   }
   return nullptr;
@@ -30,5 +30,7 @@ ItemFn decode_kernel_avx512_unpacked(Unpack u, bool bf16_dot) {
 ItemFn decode_kernel_avx512_pairs() { return &avx512_decode::run_item<KvType::bf16, true, true>; }
 
 ItemFn decode_kernel_avx512_int4_pairs() { return &avx512_decode::run_item<KvType::i4, true, true, true>; }
+
+ItemFn decode_kernel_avx512_int8_pairs() { return &avx512_decode::run_item<KvType::i8, true, true, true>; }
 
 }  // namespace attn::cpu_flash

@@ -15,7 +15,7 @@ ItemFn decode_kernel_avx512_fp8_pairs(KvType kv) {
 
 ItemFn decode_kernel_avx512_token_pairs(KvType kv) {
   using namespace avx512vbmi_decode;
-  return kv == KvType::e4m3 ? &run_item<KvType::e4m3, true, true, true> : kv == KvType::i8 ? &run_item<KvType::i8, true, true, true> : nullptr;
+  return kv == KvType::e4m3 ? &run_item<KvType::e4m3, true, true, true> : nullptr;
 }
 
 }  // namespace attn::cpu_flash

@@ -29,8 +29,10 @@ ItemFn decode_kernel_avx512_e4m3_dot();
 ItemFn decode_kernel_avx512_pairs();
 /// AVX-512 BF16 + VBMI decode kernel for HND_PAIRS fp8 caches (e4m3, e5m2) and bf16 q.
 ItemFn decode_kernel_avx512_fp8_pairs(KvType kv);
-/// AVX-512 BF16 + VBMI decode kernel for HND_PAIRS per-token-head caches (e4m3, int8) and bf16 q.
+/// AVX-512 BF16 + VBMI decode kernel for HND_PAIRS fp8_per_token_head caches and bf16 q.
 ItemFn decode_kernel_avx512_token_pairs(KvType kv);
+/// AVX-512 BF16 + VNNI decode kernel for HND_PAIRS int8_per_token_head caches and bf16 q.
+ItemFn decode_kernel_avx512_int8_pairs();
 /// AVX-512 BF16 decode kernel for HND_PAIRS int4_per_token_head caches and bf16 q.
 ItemFn decode_kernel_avx512_int4_pairs();
 #endif

@@ -62,15 +62,12 @@ inline void pair_lines(const char* p, __m512i* out) {
     for (int l = 0; l < NL; ++l) out[l] = int4x16_bf16_pairs(p + 16 * l);
   } else {
 #if ATTN_CF_VBMI
-    const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : T == KvType::i8 ? kI8Table : kE5m2Table);
+    const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : kE5m2Table);
     for (int l = 0; l < NL; l += 2) {
       __m512i a0, a1;
       const __m512i raw = l + 1 < NL ? _mm512_loadu_si512(p + 32 * l) : _mm512_maskz_loadu_epi8(0xffffffffu, p + 32 * l);
       const __m512i x = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), raw);
-      if constexpr (T == KvType::i8)
-        i8x64_bf16_lanes(t, x, a0, a1);
-      else
-        e4m3x64_bf16_lanes(t, x, a0, a1);
+      e4m3x64_bf16_lanes(t, x, a0, a1);
       out[l] = a0;
       if (l + 1 < NL) out[l + 1] = a1;
     }

@@ -23,6 +23,10 @@ struct alignas(64) Scratch {
   int vlo[kDecodeMaxRows], vhi[kDecodeMaxRows];      // visible keys of the chunk, per row
   // int4 pair caches: per row, the sum of its bf16 q and the chunk's P·V zero-point correction.
   float qsum[kDecodeMaxRows], vcorr[kDecodeMaxRows];
+  // int8 pair caches (integer dot products): what one unit of the row's int16 q and of its int16
+  // chunk weights (in pb) stands for.
+  float qscale[kDecodeMaxRows], wscale[kDecodeMaxRows];
+  alignas(64) float w[kMaxChunk];  // one row's fp32 chunk weights before they are quantized
   // nvfp4 / turboquant caches: the chunk's K rows and V rows unpacked (bf16 or fp32, dense).
   alignas(64) char ukv[2][kChunk * kMaxHeadSizeDecode * 4];
 };

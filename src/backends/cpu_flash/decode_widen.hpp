@@ -1,5 +1,5 @@
 // cpu_flash decode kernel: its chunk sizes, and how cache rows and pair lines widen to fp32 /
-// bf16 (bf16 unpacks, fp16-bit e4m3, the VBMI byte tables for e4m3 / e5m2 / int8); q rows in,
+// bf16 (bf16 unpacks, fp16-bit e4m3, the VBMI byte tables for e4m3 / e5m2); q rows in,
 // output rows out.
 // Part of the decode kernel (decode_impl.hpp), compiled once per decode build inside the
 // namespace its .cpp names (ATTN_CF_NS, with ATTN_CF_VBMI 0 or 1).
@@ -102,16 +102,6 @@ constexpr uint16_t e5m2_bf16_bits(int em) {
 }
 alignas(64) inline constexpr E4m3Table kE5m2Table = make_byte_tables(e5m2_bf16_bits);
 
-/// bf16 bits of int8 magnitude em (exact: every integer up to 256 is); em = 0 holds 128, the
-/// magnitude of -128 (whose vpabsb is 0x80, index 0), and zeros are masked off before the lookup.
-constexpr uint16_t i8_bf16_bits(int em) {
-  const int m = em == 0 ? 128 : em;
-  int e = 0;
-  while ((2 << e) <= m) ++e;  // m in [2^e, 2^(e+1))
-  return uint16_t(((e + 127) << 7) | (((m << 7) >> e) & 0x7f));
-}
-alignas(64) inline constexpr E4m3Table kI8Table = make_byte_tables(i8_bf16_bits);
-
 /// The four 64-byte table vectors vpermi2b reads (e4m3's, or another fp8 format's), loaded once
 /// per chunk.
 struct E4m3Lut {
@@ -126,16 +116,6 @@ struct E4m3Lut {
 inline void e4m3x64_bf16_lanes(const E4m3Lut& t, __m512i x, __m512i& a0, __m512i& a1) {
   const __m512i lo = _mm512_permutex2var_epi8(t.lo0, x, t.lo1);
   __m512i hi = _mm512_permutex2var_epi8(t.hi0, x, t.hi1);
-  hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (x & sign)
-  a0 = _mm512_unpacklo_epi8(lo, hi), a1 = _mm512_unpackhi_epi8(lo, hi);
-}
-/// 64 int8 codes (x) as 64 bf16 in lane order, like e4m3x64_bf16_lanes: the magnitude (vpabsb)
-/// looked up in kI8Table, zeros masked, the sign bit put back. Exact for all 256 codes.
-inline void i8x64_bf16_lanes(const E4m3Lut& t, __m512i x, __m512i& a0, __m512i& a1) {
-  const __mmask64 nz = _mm512_test_epi8_mask(x, x);
-  const __m512i m = _mm512_abs_epi8(x);
-  const __m512i lo = _mm512_maskz_permutex2var_epi8(nz, t.lo0, m, t.lo1);
-  __m512i hi = _mm512_maskz_permutex2var_epi8(nz, t.hi0, m, t.hi1);
   hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (x & sign)
   a0 = _mm512_unpacklo_epi8(lo, hi), a1 = _mm512_unpackhi_epi8(lo, hi);
 }

@@ -5,6 +5,7 @@
 #include "backends/cpu_flash/decode.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 
+
 namespace attn::cpu_flash {
 namespace {
 // The kernel builds this family has (best first in isa_variants). amx is avx512_bf16 with the
@@ -74,6 +75,10 @@ bool has_vbmi() {
   static const bool yes = detect_cpu().has(CpuFeature::avx512_vbmi);
   return yes;
 }
+bool has_vnni() {
+  static const bool yes = detect_cpu().has(CpuFeature::avx512_vnni);
+  return yes;
+}
 }  // namespace
 
 ItemFn decode_kernel_for(Isa isa, const KernelArgs& a) {
@@ -90,9 +95,13 @@ ItemFn decode_kernel_for(Isa isa, const KernelArgs& a) {
                : nullptr;
   // int4 caches: the pair kernel on HND_PAIRS (AVX-512 BF16 is all it needs), else the general kernel.
   if (int4) return layout == KVLayout::HND_PAIRS && bf16_dot && decode_head_size(head_size) ? decode_kernel_avx512_int4_pairs() : nullptr;
-  // Per-token-head caches: the pair kernel that reads each key's scales, else the general kernel.
-  if (token_scales)
-    return layout == KVLayout::HND_PAIRS && bf16_dot && decode_head_size(head_size) && has_vbmi() ? decode_kernel_avx512_token_pairs(kv) : nullptr;
+  // Per-token-head caches: the pair kernel that reads each key's scales (int8 codes on integer
+  // dot products, e4m3 through the VBMI byte tables), else the general kernel.
+  if (token_scales) {
+    if (layout != KVLayout::HND_PAIRS || !bf16_dot || !decode_head_size(head_size)) return nullptr;
+    if (kv == KvType::i8) return has_vnni() ? decode_kernel_avx512_int8_pairs() : nullptr;
+    return has_vbmi() ? decode_kernel_avx512_token_pairs(kv) : nullptr;
+  }
   // HND_PAIRS: the pair kernels, or the general kernel (which gathers rows) where they do not serve.
   if (layout == KVLayout::HND_PAIRS) {
     if (!bf16_dot || !decode_head_size(head_size)) return nullptr;

@@ -1,7 +1,8 @@
 // The decode kernel (items of ≤16 rows) against the fp64 reference under every ISA variant:
 // head sizes it takes (multiples of 32, and 64 for the e4m3 table path), GQA groups up to 16
 // rows, multi-token decode (rows with different causal limits inside one chunk), windows that
-// start inside a chunk, block sizes that cut chunks short, contexts beyond one split.
+// start inside a chunk, block sizes that cut chunks short, contexts beyond one split, and the
+// per-token-head byte caches.
 #include <gtest/gtest.h>
 
 #include "backends/cpu_flash/tests/cpu_flash_test_util.hpp"
@@ -52,6 +53,22 @@ TEST(CpuFlashDecode, IoTypesAndEveryCacheType) {
       spec.config.use_per_head_quant_scales = spec.per_head_scales;
       expect_all_variants(spec);
     }
+}
+
+// The byte formats on the pair kernels (bf16 q, head sizes of 32s): per-token-head codes with
+// each slot's scales (int8 on integer dot products, e4m3 through the byte tables, int4 rotated),
+// groups from one row to a 4-row tile and past it, a block that cuts chunks short, a window.
+TEST(CpuFlashDecode, PerTokenHeadCaches) {
+  for (KVCacheDType kv : {KVCacheDType::int8_per_token_head, KVCacheDType::fp8_per_token_head, KVCacheDType::int4_per_token_head})
+    for (int d : {64, 128, 256})
+      for (int group : {1, 4, 6}) {
+        if (quick() && d == 256) continue;
+        SCOPED_TRACE("d=" + std::to_string(d) + " group=" + std::to_string(group) + " kv=" + std::string(to_string(kv)));
+        CaseSpec spec = decode_case(2 * group, 2, d, DType::bfloat16, kv);
+        if (group == 6) spec.block_size = 48, spec.config.sliding_window = 70;
+        spec.value_range = 2.0f;
+        expect_all_variants(spec);
+      }
 }
 
 TEST(CpuFlashDecode, FeaturesWindowsAndShortBlocks) {
