@@ -18,8 +18,8 @@
 //    4-row tile (GQA ≥ 4) the widened vectors go straight into the dot products in the order the
 //    lookups give (q stored in that order, the output undone at the end): 3–5 % faster than a
 //    round trip through a bf16 scratch row (docs/decode-model.md), which smaller tiles keep;
-//  - int8 per-token-head pair caches run both products on vpdpwssd instead: codes sign-extend
-//    to int16, q and each chunk's weights are quantized to int16 per row (decode_int8.hpp);
+//  - int8 and int4 per-token-head pair caches run both products on vpdpwssd instead: codes
+//    widen to int16, q and each chunk's weights are quantized to int16 per row (decode_int_dot.hpp);
 //  - HND_PAIRS caches (Pairs: bf16, and fp8 on VBMI builds) skip the reduction and the unpacks:
 //    K lines hold 16 keys × 2 dims, so Q·Kᵀ accumulates scores in lanes against broadcast q
 //    pairs, and V lines hold 2 keys × 16 dims, the P·V operand as stored (qk_pairs, pv_pairs;
@@ -34,10 +34,10 @@
 // namespace, so code built with different flags never mixes) and ATTN_CF_VBMI (0 or 1).
 // The pieces, each included by the next: decode_widen.hpp (conversions), decode_rows.hpp (row
 // caches), decode_pairs.hpp (HND_PAIRS), decode_chunk.hpp (a chunk's unpacked rows and per-key
-// scales), decode_int8.hpp (int8 codes on integer dot products); this file holds the item loop
+// scales), decode_int_dot.hpp (int8 / int4 codes on integer dot products); this file holds the item loop
 // (run) over them.
 #pragma once
-#include "backends/cpu_flash/decode_int8.hpp"
+#include "backends/cpu_flash/decode_int_dot.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -65,11 +65,12 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   constexpr bool Unpacked = U != Unpack::none;
   static_assert(!Unpacked || (!Pairs && !Token && T == (U == Unpack::nvfp4 ? KvType::bf16 : KvType::f32)),
                 "nvfp4 unpacks to bf16 rows, turboquant to fp32 rows, both row caches");
-  // int4 (rotated vectors): q is rotated once per row and the output rotated back; the products
-  // see 1 + c/16 for each code c, so a score is A·(q·k' − Σq·B) with A = 16 · scale · softmax scale
-  // and B = 1 + z/16, and P·V takes Σ w'·(1 + z/16) back out of every dim, w' = 16 · P · V scale.
+  // int4 (rotated vectors): q is rotated once per row and the output rotated back; a score is
+  // A·(q·k' − Σq·B) with q·k' = Σ q·(1 + c/16) over the key's codes c, A = 16 · scale · softmax
+  // scale and B = 1 + z/16, and P·V takes Σ w'·(1 + z/16) back out of every dim of
+  // Σ w'·(1 + c/16), w' = 16 · P · V scale (the integer products give Σ q·c, Σ w'·c: decode_int_dot.hpp).
   constexpr bool Int4 = T == KvType::i4;
-  constexpr bool Int8 = T == KvType::i8;  // integer dot products (decode_int8.hpp)
+  constexpr bool IntDot = T == KvType::i8 || Int4;  // integer dot products (decode_int_dot.hpp)
   constexpr int KB = 16 / RB;
   constexpr int CH = Pairs ? kPairChunk : kChunk, NV = CH / 16;  // keys per online-softmax step
   // e4m3 rows with dot products (VBMI builds only): 4-row tiles widen K and V in registers
@@ -143,7 +144,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       if constexpr (fused) {  // q in the lane order the fused e4m3 widening gives K
         if (x % 64 == 0)
           for (int p = 0; p < 64; ++p) sc.qb[r][x + p] = f32_to_bf16(nat[x + e4m3_lane_elem(p)]);
-      } else if constexpr (Int8) {  // int16 q and its scale, once for the row
+      } else if constexpr (IntDot) {  // int16 q and its scale, once for the row
         if (x == 0) sc.qscale[r] = quantize_int16(nat, d, sc.qb[r]);
       } else if constexpr (Bf16Dot) {  // exact: the dot kernels serve bf16 q only
         const __m512i b = _mm512_castsi256_si512(bf16_rne(_mm512_load_ps(nat + x)));
@@ -153,10 +154,10 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       }
     }
     sc.m[r] = kNegInf, sc.l[r] = _mm512_setzero_ps(), sc.alpha[r] = 1.0f;
-    if constexpr (Int4) {  // Σ of the bf16 q the products see
-      float sum = 0.0f;
-      for (int x = 0; x < d; ++x) sum += bf16_to_f32(sc.qb[r][x]);
-      sc.qsum[r] = sum;
+    if constexpr (Int4) {  // Σ of the int16 q the products see
+      int64_t sum = 0;
+      for (int x = 0; x < d; ++x) sum += int16_t(sc.qb[r][x]);
+      sc.qsum[r] = float(sum) * sc.qscale[r];
     }
   }
   for (int r = 0; r < rp; ++r) std::fill(sc.o[r], sc.o[r] + d, 0.0f);
@@ -198,8 +199,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       nx = pair_chunk(next);
       const PairChunk none{};
       for (int r0 = 0; r0 < rp; r0 += RB)
-        if constexpr (Int8)
-          qk_pairs_i8_n<RB>(sc, r0, k0, kpair, d, n, r0 == 0 ? nx : none, kpair, false);
+        if constexpr (IntDot)
+          qk_pairs_int_n<T, RB>(sc, r0, k0, kpair, d, n, r0 == 0 ? nx : none, kpair, false);
         else
           qk_pairs_n<T, RB>(sc, r0, k0, kpair, d, n, r0 == 0 ? nx : none, kpair, false);
     } else
@@ -282,17 +283,14 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
           const __mmask16 l0 = _mm512_cmp_ps_mask(j0, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j0, hi, _CMP_LT_OQ);
           const __mmask16 l1 = _mm512_cmp_ps_mask(j1, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j1, hi, _CMP_LT_OQ);
           const __m512 w0 = _mm512_maskz_mul_ps(l0, p0, _mm512_load_ps(vts + x)), w1 = _mm512_maskz_mul_ps(l1, p1, _mm512_load_ps(vts + x + 16));
-          if constexpr (Int8) {  // fp32 weights here, quantized to int16 once the chunk's are known
+          if constexpr (IntDot) {  // fp32 weights here, quantized to int16 once the chunk's are known
             _mm512_store_ps(&sc.w[x], w0), _mm512_store_ps(&sc.w[x + 16], w1);
-            if (x + 32 == CH) sc.wscale[r] = quantize_int16(sc.w, CH, sc.pb[r]);
-          } else {
-            const __m512i wb = (__m512i)_mm512_cvtne2ps_pbh(w1, w0);
-            _mm512_store_si512(&sc.pb[r][x], wb);
-            if constexpr (Int4) {  // Σ w'·(1 + z/16) over the weights as P·V rounds them
-              const __m512 r0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(wb)), 16));
-              const __m512 r1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(wb, 1)), 16));
-              sc.vcorr[r] += _mm512_reduce_add_ps(_mm512_fmadd_ps(r1, _mm512_load_ps(vzb + x + 16), _mm512_mul_ps(r0, _mm512_load_ps(vzb + x))));
+            if (x + 32 == CH) {
+              sc.wscale[r] = quantize_int16(sc.w, CH, sc.pb[r]);
+              if constexpr (Int4) sc.vcorr[r] = zero_point_correction<CH>(sc.pb[r], sc.wscale[r], vzb);
             }
+          } else {
+            _mm512_store_si512(&sc.pb[r][x], (__m512i)_mm512_cvtne2ps_pbh(w1, w0));
           }
         } else if constexpr (Bf16Dot) {  // P·V reads P in bf16: sum the rounded values too
           const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
@@ -319,8 +317,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       // flowing through both phases instead of bunching in one (−15 to −25 % time, bf16).
       LineStream pf;
       if (nx.v) pf.p = nx.v, pf.end = nx.v + int64_t(nx.n / 2) * vpair;
-      if constexpr (Int8)  // keys a row does not see weigh 0 against finite codes: no guard
-        pv_pairs_i8<RB>(sc, rp, pc.v, vpair, n / 2, d, pf);
+      if constexpr (IntDot)  // keys a row does not see weigh 0 against finite codes: no guard
+        pv_pairs_int<T, RB>(sc, rp, pc.v, vpair, n / 2, d, pf);
       else if (guard)
         pv_pairs<T, RB, true>(sc, rp, pc.v, vpair, n / 2, d, pf);
       else

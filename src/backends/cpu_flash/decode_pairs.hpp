@@ -58,8 +58,6 @@ template <KvType T, int NL>
 inline void pair_lines(const char* p, __m512i* out) {
   if constexpr (T == KvType::bf16) {
     for (int l = 0; l < NL; ++l) out[l] = _mm512_loadu_si512(p + 64 * l);
-  } else if constexpr (T == KvType::i4) {  // 16 bytes per vector
-    for (int l = 0; l < NL; ++l) out[l] = int4x16_bf16_pairs(p + 16 * l);
   } else {
 #if ATTN_CF_VBMI
     const E4m3Lut t(T == KvType::e4m3 ? kE4m3Table : kE5m2Table);
@@ -124,13 +122,13 @@ inline void qk_pairs_n(Scratch& sc, int r0, const char* k, int64_t kpair, int d,
 template <KvType T, int RB, int NC, bool Guard>
 inline void pv_pairs_tile(Scratch& sc, int r0, const char* v, int64_t vpair, int npairs, int x0, LineStream& pf) {
   // bf16 vectors per 64-byte line (no more than the tile's columns)
-  constexpr int LB = std::min(NC, T == KvType::bf16 ? 1 : T == KvType::i4 ? 4 : 2);
+  constexpr int LB = std::min(NC, T == KvType::bf16 ? 1 : 2);
   __m512 acc[RB][NC];
   for (int i = 0; i < RB; ++i) {
     const __m512 al = _mm512_set1_ps(sc.alpha[r0 + i]);
     for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), al);
   }
-  const char* row = v + int64_t(x0) * pair_key_bytes<T>();  // a dim of a key pair: 2 values or one int4 byte
+  const char* row = v + int64_t(x0) * pair_key_bytes<T>();  // a dim of a key pair: 2 values
   for (int p = 0; p < npairs; ++p, row += vpair) {
     pf.step();
     __m512i vv[NC];
@@ -150,11 +148,8 @@ inline void pv_pairs_tile(Scratch& sc, int r0, const char* v, int64_t vpair, int
       for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], pp, (__m512bh)vv[j]);
     }
   }
-  for (int i = 0; i < RB; ++i) {
-    // int4: the chunk's weights times (1 + z/16) come back out of every dim (see run, Int4)
-    const __m512 corr = _mm512_set1_ps(T == KvType::i4 ? sc.vcorr[r0 + i] : 0.0f);
-    for (int j = 0; j < NC; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], T == KvType::i4 ? _mm512_sub_ps(acc[i][j], corr) : acc[i][j]);
-  }
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < NC; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], acc[i][j]);
 }
 
 template <KvType T, int RB, bool Guard>

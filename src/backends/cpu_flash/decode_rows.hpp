@@ -21,7 +21,7 @@ struct alignas(64) Scratch {
   float m[kDecodeMaxRows], m_new[kDecodeMaxRows], alpha[kDecodeMaxRows];
   __m512 l[kDecodeMaxRows];  // row sums, lane-wise (reduced once at the end)
   int vlo[kDecodeMaxRows], vhi[kDecodeMaxRows];      // visible keys of the chunk, per row
-  // int4 pair caches: per row, the sum of its bf16 q and the chunk's P·V zero-point correction.
+  // int4 pair caches: per row, the sum of its q (as quantized) and the chunk's P·V zero-point correction.
   float qsum[kDecodeMaxRows], vcorr[kDecodeMaxRows];
   // int8 pair caches (integer dot products): what one unit of the row's int16 q and of its int16
   // chunk weights (in pb) stands for.

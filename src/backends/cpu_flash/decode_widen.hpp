@@ -143,17 +143,6 @@ inline void e4m3_rows_bf16(const char* src, int64_t stride, int n, int d, uint16
 }
 #endif
 
-/// int4 pair caches: 16 bytes of two 4-bit codes each (c0 low, c1 high; a K byte holds two dims of
-/// a key, a V byte one dim of two keys) as 16 dwords of the bf16 pair (1 + c0/16, 1 + c1/16): the
-/// code in mantissa bits 3..6 under the exponent of 1, exact. The dot products see 1 + c/16; the
-/// kernel takes the 1 and the zero point back out (run, Int4). b · 0x8008 = (b << 3) | (b << 15)
-/// (one multiply is faster here than the two shifts and an or it replaces).
-inline __m512i int4x16_bf16_pairs(const char* p) {
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m512i spread = _mm512_mullo_epi32(b, _mm512_set1_epi32(0x8008));
-  return _mm512_ternarylogic_epi32(spread, _mm512_set1_epi32(0x00780078), _mm512_set1_epi32(0x3F803F80), 0xEA);  // a & b | c
-}
-
 /// d elements (a multiple of 32) of a q row as fp32.
 inline void load_row(const void* src, DType dt, int64_t off, int d, float* dst) {
   switch (dt) {

@@ -93,8 +93,8 @@ ItemFn decode_kernel_for(Isa isa, const KernelArgs& a) {
     return isa >= Isa::avx512 && decode_head_size(head_size) && a.head_size_v == head_size
                ? decode_kernel_avx512_unpacked(a.turboquant ? Unpack::turboquant : Unpack::nvfp4, bf16_dot)
                : nullptr;
-  // int4 caches: the pair kernel on HND_PAIRS (AVX-512 BF16 is all it needs), else the general kernel.
-  if (int4) return layout == KVLayout::HND_PAIRS && bf16_dot && decode_head_size(head_size) ? decode_kernel_avx512_int4_pairs() : nullptr;
+  // int4 caches: the pair kernel on HND_PAIRS (AVX-512 BF16 and VNNI), else the general kernel.
+  if (int4) return layout == KVLayout::HND_PAIRS && bf16_dot && decode_head_size(head_size) && has_vnni() ? decode_kernel_avx512_int4_pairs() : nullptr;
   // Per-token-head caches: the pair kernel that reads each key's scales (int8 codes on integer
   // dot products, e4m3 through the VBMI byte tables), else the general kernel.
   if (token_scales) {
