@@ -200,7 +200,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       const PairChunk none{};
       for (int r0 = 0; r0 < rp; r0 += RB)
         if constexpr (IntDot)
-          qk_pairs_int_n<T, RB>(sc, r0, k0, kpair, d, n, r0 == 0 ? nx : none, kpair, false);
+          with_pair_lines(n, [&](auto nl) { qk_pairs_int<T, RB, decltype(nl)::value>(sc, r0, k0, kpair, d, r0 == 0 ? nx : none, kpair, false); });
         else
           qk_pairs_n<T, RB>(sc, r0, k0, kpair, d, n, r0 == 0 ? nx : none, kpair, false);
     } else

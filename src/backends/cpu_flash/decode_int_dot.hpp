@@ -98,16 +98,6 @@ inline void qk_pairs_int(Scratch& sc, int r0, const char* k, int64_t kpair, int 
   }
 }
 
-template <KvType T, int RB>
-inline void qk_pairs_int_n(Scratch& sc, int r0, const char* k, int64_t kpair, int d, int n, const PairChunk& nx, int64_t nx_kpair, bool pf_v) {
-  switch (n / 16) {
-    case 1: return qk_pairs_int<T, RB, 1>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-    case 2: return qk_pairs_int<T, RB, 2>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-    case 3: return qk_pairs_int<T, RB, 3>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-    default: return qk_pairs_int<T, RB, 4>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-  }
-}
-
 /// int4: what a chunk's P·V takes back out of every dim for the zero points: Σ w·z/16 over the
 /// row's weights as quantized (w16 · wscale), vzb holding 1 + z/16 per key.
 template <int CH>

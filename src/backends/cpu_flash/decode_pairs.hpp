@@ -5,6 +5,8 @@
 #pragma once
 #include "backends/cpu_flash/decode_rows.hpp"
 
+#include <type_traits>
+
 namespace attn::cpu_flash::ATTN_CF_NS {
 
 // ---- HND_PAIRS caches (bf16 q and cache): dot products along lanes, no reduction tree ----
@@ -104,15 +106,22 @@ inline void qk_pairs(Scratch& sc, int r0, const char* k, int64_t kpair, int d, c
     for (int l = 0; l < NL; ++l) _mm512_store_ps(&sc.s[r0 + i][16 * l], NA == 2 ? _mm512_add_ps(acc[0][i][l], acc[NA - 1][i][l]) : acc[0][i][l]);
 }
 
+/// f(std::integral_constant<int, NL>{}) for a chunk of n keys (16, 32, 48 or 64: NL whole K lines),
+/// so a tile routine gets its line count as a template argument.
+template <class F>
+inline void with_pair_lines(int n, F&& f) {
+  switch (n / 16) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
+
 /// qk_pairs for a chunk of n keys (16, 32, 48 or 64: whole K lines).
 template <KvType T, int RB>
 inline void qk_pairs_n(Scratch& sc, int r0, const char* k, int64_t kpair, int d, int n, const PairChunk& nx, int64_t nx_kpair, bool pf_v) {
-  switch (n / 16) {
-    case 1: return qk_pairs<T, RB, 1>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-    case 2: return qk_pairs<T, RB, 2>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-    case 3: return qk_pairs<T, RB, 3>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-    default: return qk_pairs<T, RB, 4>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v);
-  }
+  with_pair_lines(n, [&](auto nl) { qk_pairs<T, RB, decltype(nl)::value>(sc, r0, k, kpair, d, nx, nx_kpair, pf_v); });
 }
 
 /// O[RB rows, dims x0 .. x0 + 16·NC) = O·alpha + P·V over the chunk's key pairs: one V line
