@@ -142,14 +142,9 @@ inline void pv_pairs_int_tile(Scratch& sc, int r0, const char* v, int64_t vpair,
 
 template <KvType T, int RB>
 inline void pv_pairs_int(Scratch& sc, int rp, const char* v, int64_t vpair, int npairs, int d, LineStream pf = {}) {
-  constexpr int NC = RB == 4 ? 4 : 8;  // RB·NC ≤ 32 accumulators with the V vectors beside them
-  const int steps = rp / RB * (d / (16 * NC) + d % (16 * NC) / 32) * npairs;
-  if (pf.p && steps > 0) pf.per_step = int(((pf.end - pf.p) / 64 + steps - 1) / steps);
-  for (int r0 = 0; r0 < rp; r0 += RB) {
-    int x = 0;
-    for (; x + 16 * NC <= d; x += 16 * NC) pv_pairs_int_tile<T, RB, NC>(sc, r0, v, vpair, npairs, x, pf);
-    for (; x < d; x += 32) pv_pairs_int_tile<T, RB, 2>(sc, r0, v, vpair, npairs, x, pf);
-  }
+  for_pv_tiles<RB>(rp, d, npairs, pf, [&](int r0, int x, auto nc, LineStream& s) {
+    pv_pairs_int_tile<T, RB, decltype(nc)::value>(sc, r0, v, vpair, npairs, x, s);
+  });
 }
 
 }  // namespace attn::cpu_flash::ATTN_CF_NS

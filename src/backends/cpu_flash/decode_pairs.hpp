@@ -161,18 +161,26 @@ inline void pv_pairs_tile(Scratch& sc, int r0, const char* v, int64_t vpair, int
     for (int j = 0; j < NC; ++j) _mm512_store_ps(&sc.o[r0 + i][x0 + 16 * j], acc[i][j]);
 }
 
-template <KvType T, int RB, bool Guard>
-inline void pv_pairs(Scratch& sc, int rp, const char* v, int64_t vpair, int npairs, int d, LineStream pf = {}) {
-  // RB·NC ≤ 16 accumulators, the V lines of a step beside them.
+/// The P·V tiles of rows [0, rp) over d dims: f(r0, x0, std::integral_constant<int, NC>{}, pf) for
+/// NC-wide tiles (RB·NC ≤ 16 accumulators, the V lines of a step beside them), then 32-dim ones;
+/// pf (the next chunk's lines) spread over every pair step of every tile.
+template <int RB, class F>
+inline void for_pv_tiles(int rp, int d, int npairs, LineStream& pf, F&& f) {
   constexpr int NC = RB == 4 ? 4 : 8;
-  // pf: spread over every pair step of every tile below (NC-wide tiles, then 32-dim ones).
   const int steps = rp / RB * (d / (16 * NC) + d % (16 * NC) / 32) * npairs;
   if (pf.p && steps > 0) pf.per_step = int(((pf.end - pf.p) / 64 + steps - 1) / steps);
   for (int r0 = 0; r0 < rp; r0 += RB) {
     int x = 0;
-    for (; x + 16 * NC <= d; x += 16 * NC) pv_pairs_tile<T, RB, NC, Guard>(sc, r0, v, vpair, npairs, x, pf);
-    for (; x < d; x += 32) pv_pairs_tile<T, RB, 2, Guard>(sc, r0, v, vpair, npairs, x, pf);
+    for (; x + 16 * NC <= d; x += 16 * NC) f(r0, x, std::integral_constant<int, NC>{}, pf);
+    for (; x < d; x += 32) f(r0, x, std::integral_constant<int, 2>{}, pf);
   }
+}
+
+template <KvType T, int RB, bool Guard>
+inline void pv_pairs(Scratch& sc, int rp, const char* v, int64_t vpair, int npairs, int d, LineStream pf = {}) {
+  for_pv_tiles<RB>(rp, d, npairs, pf, [&](int r0, int x, auto nc, LineStream& s) {
+    pv_pairs_tile<T, RB, decltype(nc)::value, Guard>(sc, r0, v, vpair, npairs, x, s);
+  });
 }
 
 }  // namespace attn::cpu_flash::ATTN_CF_NS
