@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "attn/numeric.hpp"
+#include "attn/tensor.hpp"
 #include "attn/types.hpp"
 
 namespace attn {
@@ -75,24 +76,26 @@ void hadamard(T* x, int32_t n) {
         x[j] = a + b, x[j + h] = a - b;
       }
 }
-/// x = H·(D·x): what write_kv stores (before rounding) and what q becomes. Inline like the two
-/// below, so the kernels' ISA builds vectorise them (they run once per query and output row).
-inline void rotate(float* x, int32_t n) {
+/// A Hadamard transform in place: hadamard<float>, or a kernel build's vector form of the same
+/// butterflies (the kernels pass theirs: they run it once per query and output row).
+using HadamardFn = void (*)(float*, int32_t);
+/// x = H·(D·x): what write_kv stores (before rounding) and what q becomes.
+inline void rotate(float* x, int32_t n, HadamardFn had = &hadamard<float>) {
   const float* s = rht_signs();
   for (int32_t i = 0; i < n; ++i) x[i] *= s[i];
-  hadamard(x, n);
+  had(x, n);
 }
 /// x = D·(H·x) / n: the inverse of rotate.
-inline void unrotate(float* x, int32_t n) {
-  hadamard(x, n);
+inline void unrotate(float* x, int32_t n, HadamardFn had = &hadamard<float>) {
+  had(x, n);
   const float* s = rht_signs();
   const float inv = 1.0f / float(n);
   for (int32_t i = 0; i < n; ++i) x[i] = x[i] * s[i] * inv;
 }
 /// The query the format attends with: rotate, then each value rounded to the query's dtype (vLLM's
 /// single_rht(q.float()).to(q.dtype); float32 stays as rotated). Every reader applies it.
-inline void rotate_query(float* q, int32_t n, DType q_dtype) {
-  rotate(q, n);
+inline void rotate_query(float* q, int32_t n, DType q_dtype, HadamardFn had = &hadamard<float>) {
+  rotate(q, n, had);
   if (q_dtype == DType::float32) return;
   if (q_dtype == DType::bfloat16) {
     for (int32_t i = 0; i < n; ++i) q[i] = bf16_to_f32(f32_to_bf16(q[i]));
@@ -132,6 +135,9 @@ namespace int4_head {
 /// where K byte j of key t sits at j · block_size + t and V dims x of keys 2u, 2u + 1 share byte
 /// u · 2w + x (w the entry width; key 2u in the low nibble).
 void load_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, uint8_t* codes);
+/// An HND_PAIRS cache's K (is_v false) or V run of block b, KV head h: the K bytes j · block_size
+/// + t, the V bytes u · 2w + x above are offsets from it.
+const uint8_t* pairs_run(const PagedKV& v, int64_t b, int64_t h, bool is_v);
 /// Writes them there (HND_PAIRS V: only this key's nibbles change).
 void store_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, const uint8_t* codes);
 }  // namespace int4_head
@@ -195,7 +201,7 @@ int32_t slot_bytes(const Format& f, int32_t d);   // key + value bytes, rounded 
 const float* centroids(int32_t d, int bits);
 const float* midpoints(int32_t d, int bits);
 /// x = H·x / √d in place (H·H = d·I: its own inverse), d a power of two.
-void rotate(float* x, int32_t d);
+void rotate(float* x, int32_t d, int4_head::HadamardFn had = &int4_head::hadamard<float>);
 /// One vector into a slot's K part (`dst`: key_bytes) or V part (value_bytes). A vector holding a
 /// NaN or an infinity reads NaN (NaN norm / scale) and is counted in `bad`; so are fp8 key values
 /// beyond ±448 (clamped).

@@ -139,13 +139,16 @@ void dequantize(const uint8_t* codes, float stored, int32_t n, float* y) {
   }
 }
 
+const uint8_t* pairs_run(const PagedKV& v, int64_t b, int64_t h, bool is_v) {
+  return static_cast<const uint8_t*>(v.base) + b * v.block_stride + h * v.head_stride + (is_v ? v.v_offset : 0);
+}
+
 void load_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, uint8_t* codes) {
-  const auto* base = static_cast<const uint8_t*>(v.base);
   if (v.layout != KVLayout::HND_PAIRS) {
-    std::memcpy(codes, base + kv_element_offset(v, b, t, h, 0, is_v), std::size_t(n / 2));
+    std::memcpy(codes, static_cast<const uint8_t*>(v.base) + kv_element_offset(v, b, t, h, 0, is_v), std::size_t(n / 2));
     return;
   }
-  const uint8_t* run = base + b * v.block_stride + h * v.head_stride + (is_v ? v.v_offset : 0);
+  const uint8_t* run = pairs_run(v, b, h, is_v);
   if (!is_v) {
     for (int32_t j = 0; j < n / 2; ++j) codes[j] = run[int64_t(j) * v.block_size + t];
     return;
@@ -157,12 +160,11 @@ void load_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, i
 }
 
 void store_vector(const PagedKV& v, int64_t b, int64_t t, int64_t h, bool is_v, int32_t n, const uint8_t* codes) {
-  auto* base = static_cast<uint8_t*>(v.base);
   if (v.layout != KVLayout::HND_PAIRS) {
-    std::memcpy(base + kv_element_offset(v, b, t, h, 0, is_v), codes, std::size_t(n / 2));
+    std::memcpy(static_cast<uint8_t*>(v.base) + kv_element_offset(v, b, t, h, 0, is_v), codes, std::size_t(n / 2));
     return;
   }
-  uint8_t* run = base + b * v.block_stride + h * v.head_stride + (is_v ? v.v_offset : 0);
+  uint8_t* run = const_cast<uint8_t*>(pairs_run(v, b, h, is_v));
   if (!is_v) {
     for (int32_t j = 0; j < n / 2; ++j) run[int64_t(j) * v.block_size + t] = codes[j];
     return;

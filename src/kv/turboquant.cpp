@@ -132,8 +132,8 @@ bool all_finite(const float* x, int32_t d, int64_t* bad) {
 const float* centroids(int32_t d, int bits) { return table(d, bits).centroids.data(); }
 const float* midpoints(int32_t d, int bits) { return table(d, bits).midpoints.data(); }
 
-void rotate(float* x, int32_t d) {
-  int4_head::hadamard(x, d);
+void rotate(float* x, int32_t d, int4_head::HadamardFn had) {
+  had(x, d);
   const float inv = 1.0f / std::sqrt(float(d));
   for (int32_t i = 0; i < d; ++i) x[i] *= inv;
 }

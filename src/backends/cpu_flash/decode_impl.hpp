@@ -38,6 +38,7 @@
 // (run) over them.
 #pragma once
 #include "backends/cpu_flash/decode_int_dot.hpp"
+#include "backends/cpu_flash/hadamard_simd.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -133,10 +134,10 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     alignas(64) float nat[kMaxHeadSizeDecode];
     if (r < rows) {
       load_row(a.q, a.q_dtype, e, d, nat);
-      if constexpr (Int4) int4_head::rotate_query(nat, d, a.q_dtype);
+      if constexpr (Int4) int4_head::rotate_query(nat, d, a.q_dtype, &hadamard_simd);
       // turboquant keys live in the orthonormal rotated space: q·k = (H·q / √d)·k' (fp32, as vLLM's q_rot)
       if constexpr (U == Unpack::turboquant)
-        if (!a.kv.tq.key_fp8()) turboquant::rotate(nat, d);
+        if (!a.kv.tq.key_fp8()) turboquant::rotate(nat, d, &hadamard_simd);
     } else {
       std::fill(nat, nat + d, 0.0f);
     }
@@ -352,7 +353,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     auto nat = [&](int x, int pos) { return fused ? x / 64 * 64 + e4m3_lane_elem(x % 64 + pos) : x + pos; };
     if constexpr (Pairs) {  // pair P·V keeps natural order
       std::copy(sc.o[r], sc.o[r] + d, o);
-      if constexpr (Int4) int4_head::unrotate(o, d);  // linear: before the normalization and merges
+      if constexpr (Int4) int4_head::unrotate(o, d, &hadamard_simd);  // linear: before the normalization and merges
     } else
     for (int x = 0; x < d; x += kSlice)
       for (int i = 0; i < 16; ++i)

@@ -19,6 +19,7 @@
 #include "attn/numeric.hpp"
 #include "attn/tensor.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
+#include "backends/cpu_flash/hadamard_simd.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
 #include "backends/cpu_flash/nvfp4_unpack.hpp"
 #include "backends/cpu_flash/turboquant_unpack.hpp"
@@ -161,9 +162,9 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (int x = 0; x < d; ++x) dst[x] = load_as_float(a.q, a.q_dtype, e + x);
   }
   if (a.int4)  // the cache holds rotated vectors: q·k = rotate(q)·y / d (folded into sscale)
-    for (int r = 0; r < rows; ++r) int4_head::rotate_query(sc.qf.data() + int64_t(r) * ldq, d, a.q_dtype);
+    for (int r = 0; r < rows; ++r) int4_head::rotate_query(sc.qf.data() + int64_t(r) * ldq, d, a.q_dtype, &hadamard_simd);
   if (a.turboquant && !a.kv.tq.key_fp8())  // keys in the orthonormal rotated space: q·k = (H·q / √d)·k' (fp32, as vLLM's q_rot)
-    for (int r = 0; r < rows; ++r) turboquant::rotate(sc.qf.data() + int64_t(r) * ldq, d);
+    for (int r = 0; r < rows; ++r) turboquant::rotate(sc.qf.data() + int64_t(r) * ldq, d, &hadamard_simd);
   QTile qt{sc.qf.data(), nullptr, ldq};
   if constexpr (Qk::kNeedsBf16) {
     sc.qb.resize(sc.qf.size());
@@ -353,7 +354,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   }
 
   if (a.int4)  // outputs over rotated V rows, rotated back (linear: before the normalization and merges)
-    for (int r = 0; r < rows; ++r) int4_head::unrotate(obuf + int64_t(r) * ldo, dv);
+    for (int r = 0; r < rows; ++r) int4_head::unrotate(obuf + int64_t(r) * ldo, dv, &hadamard_simd);
   if (it.partial >= 0) {
     float* po = partials + it.partial;
     for (int r = 0; r < rows; ++r) std::copy(obuf + int64_t(r) * ldo, obuf + int64_t(r) * ldo + dv, po + int64_t(r) * dv);

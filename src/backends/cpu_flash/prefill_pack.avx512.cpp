@@ -83,6 +83,59 @@ void pack_pairs_bf16(const KernelArgs& a, const PackLayout& L, const PackLayout:
   *nonfinite = any_nonfinite_bf16(vd, kTileKeys * dvp) ? 1 : 0;  // 32 key pairs × dvp dims × 2
 }
 
+/// 16 int4 code bytes as 16 bf16 pairs (low nibble − z_lo, high nibble − z_hi): exact, |code − z|
+/// <= 15. Both HND_PAIRS runs hold the bf16 tiles' pair order already: a K byte is dims (2i,
+/// 2i + 1) of one key, a V byte one dim of keys (2p, 2p + 1).
+inline __m512i int4_pairs_bf16(__m128i bytes, __m512i z_lo, __m512i z_hi) {
+  const __m512i x = _mm512_cvtepu8_epi32(bytes);
+  const __m512i lo = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0xF)), z_lo)));
+  const __m512i hi = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(x, 4), z_hi)));
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(lo, 16), hi, _mm512_set1_epi32(int(0xFFFF0000u)), 0xF8);  // lo | (hi & mask)
+}
+
+/// An int4_per_token_head HND_PAIRS cache into the bf16 tiles (codes − zero point; the scales are
+/// stored beside them by pack()): K 16 keys × one dim pair per step, V one key pair's row per
+/// step, keys at or past the sequence length zeros.
+void pack_pairs_int4(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, char* kdst, char* vdst, int n) {
+  const int d = a.head_size, dv = a.head_size_v, dvp = L.dv_pad, bs = a.kv.block_size;
+  const int32_t key0 = job.tile * kTileKeys;
+  const int32_t* bt = a.block_table + int64_t(job.seq) * a.max_blocks_per_seq;
+  alignas(64) int32_t zk[kTileKeys], zv[kTileKeys];  // each key's K and V zero point
+  for (int j = 0; j < n; ++j) {
+    const int32_t key = key0 + j;
+    const int64_t ti = token_scale_index(a.kv, bt[key / bs], key % bs, job.kv_head);
+    zk[j] = int4_head::zero_point(a.kv.k_token_scales[ti]), zv[j] = int4_head::zero_point(a.kv.v_token_scales[ti]);
+  }
+  uint32_t* kd = reinterpret_cast<uint32_t*>(kdst);
+  uint32_t* vd = reinterpret_cast<uint32_t*>(vdst);  // one bf16 pair (two keys) per dim
+  std::memset(kdst, 0, std::size_t(d / 2) * kTileKeys * 4);
+  std::memset(vdst, 0, std::size_t(kTileKeys) * dvp * 2);
+  for (int j0 = 0; j0 < n;) {  // runs of up to 16 keys inside one block
+    const int32_t key = key0 + j0;
+    const int64_t b = bt[key / bs], t0 = key % bs;
+    const int keys = int(std::min<int64_t>({16, n - j0, bs - t0}));
+    const __mmask16 m = __mmask16((1u << keys) - 1);
+    const __m512i z = _mm512_maskz_loadu_epi32(m, zk + j0);
+    const uint8_t* run = int4_head::pairs_run(a.kv, b, job.kv_head, false) + t0;
+    for (int i = 0; i < d / 2; ++i)
+      _mm512_mask_storeu_epi32(kd + int64_t(i) * kTileKeys + j0, m, int4_pairs_bf16(_mm_maskz_loadu_epi8(m, run + int64_t(i) * bs), z, z));
+    j0 += keys;
+  }
+  for (int j = 0; j < n; j += 2) {  // a key pair never straddles a block (even block sizes)
+    const int32_t key = key0 + j;
+    const int64_t b = bt[key / bs], t = key % bs;
+    const uint8_t* row = int4_head::pairs_run(a.kv, b, job.kv_head, true) + (t >> 1) * 2 * a.kv.token_stride;
+    const __m512i z_lo = _mm512_set1_epi32(zv[j]), z_hi = _mm512_set1_epi32(j + 1 < n ? zv[j + 1] : 0);
+    // The pair's second key past the end keeps its half zero.
+    const __m512i keep = _mm512_set1_epi32(j + 1 < n ? -1 : 0xFFFF);
+    for (int x = 0; x < dv; x += 16) {
+      const __mmask16 m = __mmask16(dv - x >= 16 ? 0xFFFF : (1u << (dv - x)) - 1);
+      const __m512i w = _mm512_and_si512(int4_pairs_bf16(_mm_maskz_loadu_epi8(m, row + x), z_lo, z_hi), keep);
+      _mm512_mask_storeu_epi32(vd + int64_t(j / 2) * dvp + x, m, w);
+    }
+  }
+}
+
 template <KvType T>
 void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, char* buf) {
   const PackLayout::Group& g = L.group(job.seq, job.kv_head, a.num_kv_heads);
@@ -156,6 +209,8 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
     bool bad = false;
     for (int j = 0; j < kTileKeys; ++j) ks[j] = slot_scale(j, false), vs[j] = slot_scale(j, true), bad |= !std::isfinite(vs[j]);
     if (bad) *nonfinite = 1;  // a NaN V scale makes its key's weight NaN: masked keys must be skipped
+    if constexpr (T == KvType::bf16)
+      if (a.int4 && a.kv.layout == KVLayout::HND_PAIRS && L.bf16) return pack_pairs_int4(a, L, job, kdst, vdst, n);
   }
   if (L.bf16) {
     // K: rows to bf16 pairs, then a 32-bit transpose (pairs × keys).

@@ -16,6 +16,7 @@
 #include "kernels/simd/simd_avx512.hpp"
 #include "attn/numeric.hpp"
 #include "backends/cpu_flash/head_sizes.hpp"
+#include "backends/cpu_flash/hadamard_simd.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 
 #include <algorithm>
@@ -75,7 +76,7 @@ void store_rows(const KernelArgs& a, const Ctx& cx, int rows, int64_t tok0, int 
   const int g = a.group, dv = a.head_size_v;
   const float vscale = a.kv.v_scales[kv_head] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
   for (int r = 0; r < rows; ++r) {
-    if (a.int4) int4_head::unrotate(cx.o + int64_t(r) * cx.dvp, dv);  // outputs over rotated V rows
+    if (a.int4) int4_head::unrotate(cx.o + int64_t(r) * cx.dvp, dv, &ATTN_CF_NS::hadamard_simd);  // outputs over rotated V rows
     const int head = kv_head * g + r % g;
     const float l = _mm512_reduce_add_ps(_mm512_loadu_ps(cx.lsum + r * 16));
     const float m = cx.m2[r] * kLn2;  // natural-log units, like the sink logit
@@ -252,9 +253,9 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
       alignas(64) float qr[kMaxHeadSize];
       for (int x = 0; x < d; ++x) qr[x] = load_as_float(a.q, a.q_dtype, e + x);
       if (a.int4)
-        int4_head::rotate_query(qr, d, a.q_dtype);
+        int4_head::rotate_query(qr, d, a.q_dtype, &ATTN_CF_NS::hadamard_simd);
       else
-        turboquant::rotate(qr, d);
+        turboquant::rotate(qr, d, &ATTN_CF_NS::hadamard_simd);
       for (int x = 0; x < d; ++x) {
         if constexpr (Bf16)
           sc.qb[std::size_t(r) * d + x] = f32_to_bf16(qr[x]);
