@@ -106,9 +106,9 @@ TEST(CpuIsa, ForcingABuildThisCpuCannotRunIsAnError) {
 // cpu_mla in the RunResult of a forward and in the descriptor's variant, the mixers in variant().
 TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
   for_each_cpu_isa(cpu::runnable_isas(detect_cpu()), [](Isa isa) {
-    // cpu_flash: bf16 dot products only for bf16 q on a cache bf16 holds exactly (on AMX tiles for
-    // head sizes of whole tile rows: 64 here); fp32 q and a turboquant cache (fp32 rows) run the
-    // avx512 build on an AVX-512 BF16 machine, and say so.
+    // cpu_flash: bf16 dot products only for bf16 q (on AMX tiles for head sizes of whole tile
+    // rows: 64 here; a turboquant cache's prefill tiles too, its decode on fp32 rows); fp32 / fp16
+    // q run the avx512 build on an AVX-512 BF16 machine, and say so.
     const Isa flash_isa = isa, flash_fp32 = std::min(isa, Isa::avx512);
     struct FlashLayer {
       DType dtype;
@@ -116,7 +116,7 @@ TEST(CpuIsa, EveryFamilyReportsTheBuildThatRan) {
       Isa runs;
     };
     for (const FlashLayer& f : {FlashLayer{DType::bfloat16, KVCacheDType::auto_, flash_isa}, FlashLayer{DType::bfloat16, KVCacheDType::fp8_e4m3, flash_isa},
-                                FlashLayer{DType::bfloat16, KVCacheDType::turboquant_4bit_nc, flash_fp32},
+                                FlashLayer{DType::bfloat16, KVCacheDType::turboquant_4bit_nc, flash_isa},
                                 FlashLayer{DType::float32, KVCacheDType::auto_, flash_fp32}, FlashLayer{DType::float16, KVCacheDType::auto_, flash_fp32}}) {
       CaseSpec flash;
       flash.config.num_heads = 4, flash.config.num_kv_heads = 2, flash.config.head_size = 64;

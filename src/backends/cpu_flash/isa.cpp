@@ -38,8 +38,9 @@ Isa layer_isa(Isa isa, const LayerConfig& c) {
     const Isa below = layer_isa(Isa::avx512_bf16, c);
     return below == Isa::avx512_bf16 && c.head_size % 32 == 0 && !c.use_alibi ? Isa::amx : below;
   }
-  if (c.dtype != DType::bfloat16 || is_turboquant(c.kv_cache_dtype)) return Isa::avx512;
+  if (c.dtype != DType::bfloat16) return Isa::avx512;
   if (c.kv_cache_dtype == KVCacheDType::int4_per_token_head || is_nvfp4(c.kv_cache_dtype)) return isa;  // bf16 rows
+  if (is_turboquant(c.kv_cache_dtype)) return isa;  // bf16 prefill tiles; decode reads fp32 rows on any build
   const DType s = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
   if (s == DType::bfloat16) return isa;
   const bool codes = s == DType::fp8_e4m3 || s == DType::fp8_e5m2 || s == DType::int8;  // bf16 tiles and pair kernels

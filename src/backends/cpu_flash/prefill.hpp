@@ -51,7 +51,11 @@ struct PackLayout {
   /// tile kernel applies them to the scores and to P. (fp32 tiles hold code × scale instead.)
   bool token = false;
   int64_t k_scales_offset = 0, v_scales_offset = 0;  // bytes into a K tile / a V tile
-  int head_size = 0;         // d (K); even when bf16, so K pairs never straddle the row
+  /// bf16 K tiles of values bf16 does not hold (turboquant's rotated-back keys): each key as a bf16
+  /// hi half and the bf16 of its remainder (d more tile dims), q repeated over both: the scores
+  /// keep ~16 bits of each key, as fp32 tiles would, on the bf16 (AMX) products.
+  bool k_split = false;
+  int head_size = 0;         // the K tiles' dims: d (2·d when k_split); even when bf16, so K pairs never straddle the row
   int dv_pad = 0;            // V dims rounded up to 16 (one vector), padding zeros
   int64_t k_tile_bytes = 0, v_tile_bytes = 0;
   struct Group {

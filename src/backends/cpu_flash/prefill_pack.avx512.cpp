@@ -14,6 +14,7 @@
 #define ATTN_CF_NS prefill_avx512
 #include "kernels/simd/simd_avx512.hpp"
 #include "backends/cpu_flash/prefill.hpp"
+#include "backends/cpu_flash/hadamard_simd.hpp"
 #include "backends/cpu_flash/int4_unpack.hpp"
 #include "backends/cpu_flash/nvfp4_unpack.hpp"
 #include "backends/cpu_flash/turboquant_unpack.hpp"
@@ -178,6 +179,9 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
           ATTN_CF_NS::unpack_tq_value(p, dv, a.kv.tq, reinterpret_cast<float*>(gathered));
         else
           ATTN_CF_NS::unpack_tq_key(p, d, a.kv.tq, tq_centroids, reinterpret_cast<float*>(gathered));
+        // bf16 tiles: the key rotated back (rotate is its own inverse), so q needs no rotation
+        // and no second rounding to bf16.
+        if (!is_v && L.bf16 && !a.kv.tq.key_fp8()) turboquant::rotate(reinterpret_cast<float*>(gathered), d, &ATTN_CF_NS::hadamard_simd);
         return gathered;
       }
     if (a.kv.layout != KVLayout::HND_PAIRS) return base + kv_element_offset(a.kv, b, t, job.kv_head, 0, is_v) * kv_bytes<T>();
@@ -214,18 +218,31 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
   }
   if (L.bf16) {
     // K: rows to bf16 pairs, then a 32-bit transpose (pairs × keys).
+    // k_split: the hi halves' pairs, then the remainders' (tile pairs d/2 .. d - 1).
     uint32_t* kd = reinterpret_cast<uint32_t*>(kdst);
-    alignas(64) uint16_t rb[kMaxPackDims];
+    alignas(64) uint16_t rb[kMaxPackDims], rl[kMaxPackDims];
     for (int j = 0; j < kTileKeys; ++j) {
       if (j < n) {
         widen<T>(src_row(j, false), d, dpad, row);
-        for (int x = 0; x < dpad; x += 32)
-          _mm512_store_si512(rb + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(row + x + 16), _mm512_load_ps(row + x)));
+        for (int x = 0; x < dpad; x += 32) {
+          const __m512 a0 = _mm512_load_ps(row + x), a1 = _mm512_load_ps(row + x + 16);
+          const __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(a1, a0);
+          _mm512_store_si512(rb + x, hi);
+          if (L.k_split) {
+            const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi)), 16));
+            const __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi, 1)), 16));
+            _mm512_store_si512(rl + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a1, h1), _mm512_sub_ps(a0, h0)));
+          }
+        }
       } else {
-        std::memset(rb, 0, sizeof(rb));
+        std::memset(rb, 0, sizeof(rb)), std::memset(rl, 0, sizeof(rl));
       }
       const uint32_t* pairs = reinterpret_cast<const uint32_t*>(rb);
       for (int i = 0; i < d / 2; ++i) kd[i * kTileKeys + j] = pairs[i];
+      if (L.k_split) {
+        const uint32_t* rest = reinterpret_cast<const uint32_t*>(rl);
+        for (int i = 0; i < d / 2; ++i) kd[(d / 2 + i) * kTileKeys + j] = rest[i];
+      }
     }
     // V: two keys' rows interleaved by one word permute per 16 dims.
     const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,

@@ -34,20 +34,25 @@ PackLayout plan_pack(const KernelArgs& a, const Plan& plan, bool bf16_dot, bool 
   // without packing it.
   L.min_rows = route == Route::all ? 1 : kDecodeMaxRows + 1;
   // bf16 dot products are exact only for bf16 q, and the tiles are exact for caches whose
-  // values bf16 holds exactly (bf16, both fp8 formats); anything else widens to fp32. The bf16
-  // K tiles hold dimension pairs, so an odd head size widens to fp32 too. Per-token-head caches
-  // (int8 / e4m3 codes) keep their codes in bf16 tiles and their scales beside them; int4 ones
-  // (kv_type bf16) their codes − zero point, q rotated by the tile kernel. turboquant slots (kv_type
-  // f32) unpack to fp32 tiles, q rotated by the tile kernel where the keys are rotated.
+  // values bf16 holds exactly (bf16, both fp8 formats); fp16 / fp32 caches widen to fp32. The
+  // bf16 K tiles hold dimension pairs, so an odd head size widens to fp32 too. Per-token-head
+  // caches (int8 / e4m3 codes) keep their codes in bf16 tiles and their scales beside them; int4
+  // ones (kv_type bf16) their codes − zero point, q rotated by the tile kernel. turboquant slots
+  // (kv_type f32) unpack to fp32 rows rounded into bf16 tiles (keys rotated back): V not exact, but
+  // what a bf16 engine's prefill over the dequantized cache
+  // computes (vLLM's attends to it in the model dtype), and on AMX; the 3 / 4-bit keys split into
+  // bf16 hi and lo halves (k_split), so scores stay within the bf16 tolerance at large logits.
   L.bf16 = bf16_dot && a.q_dtype == DType::bfloat16 && a.head_size % 2 == 0 &&
-           (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2 || a.kv_type == KvType::i8);
+           (a.kv_type == KvType::bf16 || a.kv_type == KvType::e4m3 || a.kv_type == KvType::e5m2 || a.kv_type == KvType::i8 ||
+            a.turboquant);
   L.token = L.bf16 && a.token_scales;
   // AMX tiles take q 32 dimensions (one 64-byte tile row) at a time.
   L.amx = amx && L.bf16 && a.head_size % 32 == 0;
-  L.head_size = a.head_size;
+  L.k_split = L.bf16 && a.turboquant && !a.kv.tq.key_fp8();  // e4m3 keys are exact in bf16
+  L.head_size = a.head_size * (L.k_split ? 2 : 1);
   L.dv_pad = (a.head_size_v + 15) / 16 * 16;
   const int64_t elem = L.bf16 ? 2 : 4;
-  L.k_tile_bytes = int64_t(kTileKeys) * a.head_size * elem;
+  L.k_tile_bytes = int64_t(kTileKeys) * L.head_size * elem;
   L.v_tile_bytes = int64_t(kTileKeys) * L.dv_pad * elem + kVFlagBytes;
   if (L.token) {  // 64 fp32 scales after the K codes and after the V codes (64-byte aligned: d, dvp even / x16)
     L.k_scales_offset = L.k_tile_bytes, L.k_tile_bytes += kTileKeys * 4;

@@ -215,7 +215,9 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   }};
   static constexpr std::array<PvFn, 4> kPv = pv_row<Bf16>();
 
-  const int g = a.group, d = a.head_size, dvp = L.dv_pad;
+  // d: the K tiles' dims (twice the head size where they hold bf16 hi and lo halves, q then
+  // repeated: q·k_hi + q·k_lo); qd: q's.
+  const int g = a.group, d = L.head_size, qd = a.head_size, dvp = L.dv_pad;
   const bool amx = Bf16 && L.amx;
   const int row_block = amx ? 16 : R;  // AMX tiles take 16 rows
   const int rows = item_rows(it, g), rp = (rows + row_block - 1) / row_block * row_block;
@@ -248,15 +250,16 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
     if (r >= rows) continue;
     const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
     // int4 and turboquant's 3 / 4-bit keys live in a rotated space: q rotated like them (see
-    // int4_head, turboquant::rotate), then as the tiles take it.
-    if (a.int4 || (a.turboquant && !a.kv.tq.key_fp8())) {
+    // int4_head, turboquant::rotate), then as the tiles take it. turboquant's bf16 tiles hold the
+    // keys rotated back instead, so bf16 q is taken as it is (one bf16 rounding fewer).
+    if (a.int4 || (a.turboquant && !a.kv.tq.key_fp8() && !Bf16)) {
       alignas(64) float qr[kMaxHeadSize];
-      for (int x = 0; x < d; ++x) qr[x] = load_as_float(a.q, a.q_dtype, e + x);
+      for (int x = 0; x < qd; ++x) qr[x] = load_as_float(a.q, a.q_dtype, e + x);
       if (a.int4)
-        int4_head::rotate_query(qr, d, a.q_dtype, &ATTN_CF_NS::hadamard_simd);
+        int4_head::rotate_query(qr, qd, a.q_dtype, &ATTN_CF_NS::hadamard_simd);
       else
-        turboquant::rotate(qr, d, &ATTN_CF_NS::hadamard_simd);
-      for (int x = 0; x < d; ++x) {
+        turboquant::rotate(qr, qd, &ATTN_CF_NS::hadamard_simd);
+      for (int x = 0; x < qd; ++x) {
         if constexpr (Bf16)
           sc.qb[std::size_t(r) * d + x] = f32_to_bf16(qr[x]);
         else
@@ -264,9 +267,9 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
       }
     } else if constexpr (Bf16) {
       const uint16_t* src = static_cast<const uint16_t*>(a.q) + e;
-      std::copy(src, src + d, sc.qb.data() + int64_t(r) * d);
+      for (int x = 0; x < d; x += qd) std::copy(src, src + qd, sc.qb.data() + int64_t(r) * d + x);
     } else {
-      for (int x = 0; x < d; ++x) sc.qf[std::size_t(r) * d + x] = load_as_float(a.q, a.q_dtype, e + x);
+      for (int x = 0; x < qd; ++x) sc.qf[std::size_t(r) * d + x] = load_as_float(a.q, a.q_dtype, e + x);
     }
   }
 
@@ -329,7 +332,7 @@ void run_item_avx512(const KernelArgs& a, const PackLayout& layout, const WorkIt
 void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& L, int rows) {
   // What run() sizes for an item of `rows` rows (R rows per micro-tile, 16 per AMX group).
   const int row_block = L.amx ? 16 : R;
-  const std::size_t rp = std::size_t((rows + row_block - 1) / row_block * row_block), d = std::size_t(a.head_size);
+  const std::size_t rp = std::size_t((rows + row_block - 1) / row_block * row_block), d = std::size_t(L.head_size);
   Scratch& sc = scratch();
   sc.o.reserve(rp * std::size_t(L.dv_pad)), sc.lsum.reserve(rp * 16);
   sc.m2.reserve(rp), sc.alpha.reserve(rp), sc.lo.reserve(rp), sc.hi.reserve(rp);

@@ -112,8 +112,8 @@ TEST(CpuFlashPrefill, FeaturesAgainstOracle) {
 }
 
 TEST(CpuFlashPrefill, EveryKvDtypeAndHeadSizePadding) {
-  // The packed formats too: int4 / nvfp4 unpacked to bf16 tiles, turboquant slots to fp32 tiles
-  // with q rotated.
+  // The packed formats too: int4 / nvfp4 unpacked to bf16 tiles, turboquant slots to bf16 tiles
+  // (bf16 q) or fp32 tiles, with q rotated.
   std::vector<KVCacheDType> kvs = {KVCacheDType::auto_, KVCacheDType::float16, KVCacheDType::bfloat16, KVCacheDType::fp8_e4m3,
                                    KVCacheDType::fp8_e5m2};
   for (KVCacheDType k : packed_kv_cache_dtypes()) kvs.push_back(k);
