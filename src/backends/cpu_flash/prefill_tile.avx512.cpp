@@ -336,11 +336,12 @@ void reserve_tile_scratch_avx512(const KernelArgs& a, const PackLayout& L, int r
   Scratch& sc = scratch();
   sc.o.reserve(rp * std::size_t(L.dv_pad)), sc.lsum.reserve(rp * 16);
   sc.m2.reserve(rp), sc.alpha.reserve(rp), sc.lo.reserve(rp), sc.hi.reserve(rp);
-  if (L.bf16)
+  if (L.bf16) {
     sc.qb.reserve(rp * d), sc.pb.reserve(rp * kTileKeys);
-  if (L.amx) sc.s.reserve(rp * kTileKeys), sc.vclean.reserve(std::size_t(kTileKeys) * L.dv_pad);
-  else
+    if (L.amx) sc.s.reserve(rp * kTileKeys), sc.vclean.reserve(std::size_t(kTileKeys) * L.dv_pad);
+  } else {
     sc.qf.reserve(rp * d), sc.pf.reserve(rp * kTileKeys);
+  }
 }
 
 void set_stage_mask_for_measurement(unsigned mask) { g_stage_mask = mask; }
