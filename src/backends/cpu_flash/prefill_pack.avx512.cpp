@@ -51,6 +51,24 @@ inline bool any_nonfinite_bf16(const uint16_t* v, int n) {
   return m != 0;
 }
 
+/// 16 rows of 16 dwords transposed in registers: v[c] becomes column c (unpacks of 32 and 64 bits
+/// within 128-bit lanes, then two rounds of lane shuffles).
+inline void transpose_16x16(__m512i v[16]) {
+  __m512i t[16], u[16];
+  for (int k = 0; k < 8; ++k)
+    t[2 * k] = _mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), t[2 * k + 1] = _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+  for (int k = 0; k < 4; ++k) {  // u[4k + c], lane L: rows 4k .. 4k + 3 at column 4L + c
+    u[4 * k + 0] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]), u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]), u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i p = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), q = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i p2 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE), q2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    v[c] = _mm512_shuffle_i32x4(p, q, 0x88), v[4 + c] = _mm512_shuffle_i32x4(p, q, 0xDD);
+    v[8 + c] = _mm512_shuffle_i32x4(p2, q2, 0x88), v[12 + c] = _mm512_shuffle_i32x4(p2, q2, 0xDD);
+  }
+}
+
 /// A bf16 HND_PAIRS cache already holds the bf16 tiles' element order (K[d/2][t][2],
 /// V[t/2][d][2]): the tile is copied 16 keys at a time (a block is a multiple of 16 keys), keys
 /// at or past the sequence length are zeros, as in pack().
@@ -217,31 +235,41 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
       if (a.int4 && a.kv.layout == KVLayout::HND_PAIRS && L.bf16) return pack_pairs_int4(a, L, job, kdst, vdst, n);
   }
   if (L.bf16) {
-    // K: rows to bf16 pairs, then a 32-bit transpose (pairs × keys).
-    // k_split: the hi halves' pairs, then the remainders' (tile pairs d/2 .. d - 1).
+    // K: rows to bf16 pairs, 16 keys at a time, then a 32-bit transpose (pairs × keys) in
+    // registers. k_split: the hi halves' pairs, then the remainders' (tile pairs d/2 .. d - 1).
     uint32_t* kd = reinterpret_cast<uint32_t*>(kdst);
-    alignas(64) uint16_t rb[kMaxPackDims], rl[kMaxPackDims];
-    for (int j = 0; j < kTileKeys; ++j) {
-      if (j < n) {
+    const int pairs = L.head_size / 2;
+    alignas(64) uint32_t staged[16][kMaxPackDims];  // 16 keys' tile pairs (kMaxPackDims >= 2 · d / 2, rounded to 16)
+    for (int j0 = 0; j0 < kTileKeys; j0 += 16) {
+      for (int k = 0; k < 16; ++k) {
+        const int j = j0 + k;
+        uint16_t* hi_row = reinterpret_cast<uint16_t*>(staged[k]);
+        uint16_t* lo_row = reinterpret_cast<uint16_t*>(staged[k] + d / 2);
+        if (j >= n) {
+          std::memset(staged[k], 0, sizeof(staged[k]));
+          continue;
+        }
         widen<T>(src_row(j, false), d, dpad, row);
         for (int x = 0; x < dpad; x += 32) {
           const __m512 a0 = _mm512_load_ps(row + x), a1 = _mm512_load_ps(row + x + 16);
           const __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(a1, a0);
-          _mm512_store_si512(rb + x, hi);
-          if (L.k_split) {
+          _mm512_store_si512(hi_row + x, hi);
+        }
+        if (L.k_split)  // after the hi pairs: their padding past d / 2 is where the remainders go
+          for (int x = 0; x < dpad; x += 32) {
+            const __m512 a0 = _mm512_load_ps(row + x), a1 = _mm512_load_ps(row + x + 16);
+            const __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(a1, a0);  // again: the stores may have covered its staged copy
             const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi)), 16));
             const __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi, 1)), 16));
-            _mm512_store_si512(rl + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a1, h1), _mm512_sub_ps(a0, h0)));
+            _mm512_storeu_si512(lo_row + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a1, h1), _mm512_sub_ps(a0, h0)));
           }
-        }
-      } else {
-        std::memset(rb, 0, sizeof(rb)), std::memset(rl, 0, sizeof(rl));
+        for (int i = (L.k_split ? d : dpad / 2); i < (pairs + 15) / 16 * 16; ++i) staged[k][i] = 0;  // lanes past the pairs
       }
-      const uint32_t* pairs = reinterpret_cast<const uint32_t*>(rb);
-      for (int i = 0; i < d / 2; ++i) kd[i * kTileKeys + j] = pairs[i];
-      if (L.k_split) {
-        const uint32_t* rest = reinterpret_cast<const uint32_t*>(rl);
-        for (int i = 0; i < d / 2; ++i) kd[(d / 2 + i) * kTileKeys + j] = rest[i];
+      for (int i0 = 0; i0 < pairs; i0 += 16) {
+        __m512i v[16];
+        for (int k = 0; k < 16; ++k) v[k] = _mm512_load_si512(staged[k] + i0);
+        transpose_16x16(v);
+        for (int i = 0; i < std::min(16, pairs - i0); ++i) _mm512_storeu_si512(kd + int64_t(i0 + i) * kTileKeys + j0, v[i]);
       }
     }
     // V: two keys' rows interleaved by one word permute per 16 dims.
