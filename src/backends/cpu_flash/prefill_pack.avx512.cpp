@@ -263,9 +263,8 @@ void pack(const KernelArgs& a, const PackLayout& L, const PackLayout::Job& job, 
             const __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi, 1)), 16));
             _mm512_storeu_si512(lo_row + x, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a1, h1), _mm512_sub_ps(a0, h0)));
           }
-        for (int i = (L.k_split ? d : dpad / 2); i < (pairs + 15) / 16 * 16; ++i) staged[k][i] = 0;  // lanes past the pairs
       }
-      for (int i0 = 0; i0 < pairs; i0 += 16) {
+      for (int i0 = 0; i0 < pairs; i0 += 16) {  // staged lanes past the pairs land only in columns not stored
         __m512i v[16];
         for (int k = 0; k < 16; ++k) v[k] = _mm512_load_si512(staged[k] + i0);
         transpose_16x16(v);
