@@ -127,6 +127,7 @@ class CpuFlashImpl final : public AttentionImpl {
     a.token_scales = spec.token_scales();
     a.int4 = spec.int4();
     a.turboquant = spec.turboquant();
+    if (a.turboquant) a.kv.tq = turboquant::format_of(spec.kv_cache_dtype);  // the plan's tile layout depends on the preset
     a.num_heads = c.num_heads, a.num_kv_heads = c.num_kv_heads, a.group = c.num_heads / c.num_kv_heads;
     a.head_size = c.head_size, a.head_size_v = spec.v_width();
     a.scale = params_.effective_scale();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "attn/registry.hpp"
 #include "backends/cpu_flash/plan.hpp"
 #include "backends/cpu_flash/prefill.hpp"
 #include "backends/cpu_flash/tests/cpu_flash_test_util.hpp"
@@ -138,6 +139,32 @@ TEST(CpuFlashPrefill, EveryKvDtypeAndHeadSizePadding) {
       SCOPED_TRACE("head_size " + std::to_string(d) + " block_size " + std::to_string(bs));
       expect_prefill(spec);
     }
+}
+
+TEST(CpuFlashPrefill, TurboQuantTilesSplitOnlyRotatedKeys) {
+  // The step plan lays out the tiles from the cache's preset: turboquant_k8v4's e4m3 keys are
+  // exact in bf16 tiles (no hi / lo halves, the same tile bytes as an fp8 cache); the 3 / 4-bit
+  // presets' rotated-back keys take both halves where the tiles are bf16.
+  if (prefill_variants().empty()) GTEST_SKIP() << "no AVX-512 on this CPU: the prefill path is not built for it";
+  std::vector<int32_t> ids(8);
+  for (int i = 0; i < 8; ++i) ids[std::size_t(i)] = i;
+  const BatchMetadata md = BatchMetadata::build({{0, 256, ids}}, 32, 8);
+  auto workspace = [&](KVCacheDType k) {
+    LayerParams p;
+    p.config = layer(8, 2, 128, DType::bfloat16);
+    p.config.kv_cache_dtype = k;
+    const auto impl = Registry::instance().create("cpu_flash", p);
+    KVCacheSpec s;
+    s.num_blocks = 8, s.block_size = 32, s.num_kv_heads = 2, s.head_size = 128, s.kv_cache_dtype = k;
+    s.dtype = k == KVCacheDType::fp8_e4m3 ? DType::fp8_e4m3 : DType::int8;
+    if (k != KVCacheDType::fp8_e4m3) s.layout = KVLayout::HND;
+    return impl->plan(md, s)->workspace_bytes();
+  };
+  const std::size_t fp8 = workspace(KVCacheDType::fp8_e4m3), k8v4 = workspace(KVCacheDType::turboquant_k8v4);
+  EXPECT_EQ(k8v4, fp8);
+  if (best_isa(detect_cpu()) >= Isa::avx512_bf16) {
+    EXPECT_GT(workspace(KVCacheDType::turboquant_4bit_nc), k8v4);
+  }
 }
 
 TEST(CpuFlashPrefill, PackLayoutCoversOnlyVisibleTiles) {
