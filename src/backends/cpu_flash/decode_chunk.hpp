@@ -10,10 +10,11 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 
 /// The n keys of a chunk (rows `tstride` bytes apart from k0, V v_off bytes after K) unpacked into
 /// dense scratch rows: nvfp4 to bf16, turboquant to fp32 (each key up to the factor kf[j] that its
-/// score takes, see unpack_tq_key_unscaled).
-template <Unpack U>
+/// score takes, see unpack_tq_key_unscaled). VCodes (turboquant): V rows as the bf16 of their codes
+/// instead, each key's scale and minimum to vsc[j] and vmin[j] (0 for the lanes past n).
+template <Unpack U, bool VCodes = false>
 inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char* k0, int64_t tstride, int64_t v_off, int n, int d,
-                         char* krows, char* vrows, float* kf) {
+                         char* krows, char* vrows, float* kf, float* vsc = nullptr, float* vmin = nullptr) {
   for (int j = 0; j < n; ++j) {
     const uint8_t* kr = reinterpret_cast<const uint8_t*>(k0 + j * tstride);
     if constexpr (U == Unpack::nvfp4) {
@@ -21,9 +22,14 @@ inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char
       unpack_nvfp4(kr + v_off, d, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d);
     } else {
       kf[j] = unpack_tq_key_unscaled(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d);
-      unpack_tq_value(kr + v_off, d, a.kv.tq, reinterpret_cast<float*>(vrows) + int64_t(j) * d);
+      if constexpr (VCodes)
+        unpack_tq_value_codes(kr + v_off, d, a.kv.tq, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d, vsc[j], vmin[j]);
+      else
+        unpack_tq_value(kr + v_off, d, a.kv.tq, reinterpret_cast<float*>(vrows) + int64_t(j) * d);
     }
   }
+  if constexpr (VCodes)
+    for (int j = n; j < kChunk; ++j) vsc[j] = vmin[j] = 0.0f;
 }
 
 /// A chunk's per-key factors, one lane per key (lanes past its n keys: 0, masked), for keys [c, c + n)

@@ -80,6 +80,13 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   constexpr bool Fp8Dot = Bf16Dot && T == KvType::e4m3 && !Pairs;
   static_assert(!Fp8Dot || ATTN_CF_VBMI, "e4m3 dot products need the VBMI table lookups");
   constexpr KvType TK = Fp8Dot ? KvType::bf16 : T;
+  // turboquant with bf16 q (Bf16Dot): Q·Kᵀ stays fp32 on the unpacked keys (centroids are not
+  // bf16 values; a bf16 rounding of the keys measured errors beyond the bf16 tolerance), while
+  // P·V runs on vdpbf16ps against the V codes, which bf16 holds exactly: v = code · scale + min,
+  // so a row's chunk adds Σ (P · scale)·code over bf16 weights plus Σ P · min to every dim.
+  constexpr bool Tq = U == Unpack::turboquant, TqV = Tq && Bf16Dot;
+  constexpr bool KDot = Bf16Dot && !Tq;  // Q·Kᵀ on vdpbf16ps (bf16 q); P·V is whenever Bf16Dot
+  constexpr KvType TV = TqV ? KvType::bf16 : TK;  // the type P·V reads (its output slice order)
   Scratch& sc = thread_scratch();
   const int g = a.group, d = a.head_size, rows = item_rows(it, g), rp = (rows + RB - 1) / RB * RB;
   const int s_idx = it.seq, h = it.kv_head, bs = a.kv.block_size;
@@ -147,7 +154,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
           for (int p = 0; p < 64; ++p) sc.qb[r][x + p] = f32_to_bf16(nat[x + e4m3_lane_elem(p)]);
       } else if constexpr (IntDot) {  // int16 q and its scale, once for the row
         if (x == 0) sc.qscale[r] = quantize_int16(nat, d, sc.qb[r]);
-      } else if constexpr (Bf16Dot) {  // exact: the dot kernels serve bf16 q only
+      } else if constexpr (KDot) {  // exact: the dot kernels serve bf16 q only
         const __m512i b = _mm512_castsi256_si512(bf16_rne(_mm512_load_ps(nat + x)));
         _mm512_store_si512(&sc.qb[r][x], _mm512_inserti64x4(b, bf16_rne(_mm512_load_ps(nat + x + 16)), 1));
       } else {  // fp32 q in the order K rows widen to: lo half at [x, x+16), hi at [x+16, x+32)
@@ -182,17 +189,18 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     }
 #endif
     alignas(64) float kf[kChunk];  // turboquant: each key's factor (its score takes it)
+    // int4: kzb / vzb the zero points' factors; turboquant: vts / vzb each key's V scale and minimum.
+    alignas(64) float kts[kPairChunk], vts[kPairChunk], kzb[Int4 ? kPairChunk : 1], vzb[Int4 || Tq ? kPairChunk : 1];
     if constexpr (Unpacked) {
-      unpack_chunk<U>(a, tqc, k0, tstride, v_off, n, d, sc.ukv[0], sc.ukv[1], kf);
+      unpack_chunk<U, TqV>(a, tqc, k0, tstride, v_off, n, d, sc.ukv[0], sc.ukv[1], kf, vts, vzb);
       kq = sc.ukv[0], kqs = upitch;
     }
     // The rows P·V reads (row caches): the cache's V rows, or the unpacked ones.
     const char* vq = Unpacked ? sc.ukv[1] : k0 + v_off;
-    const int64_t vqs = Unpacked ? upitch : tstride;
+    const int64_t vqs = TqV ? int64_t(d) * 2 : Unpacked ? upitch : tstride;
     for (int j = 0; j < kChunk + 16; ++j) kp[j] = kq + std::min(j, n - 1) * kqs;  // padding repeats a real row
     const int32_t next = c + n;
     // Token: this chunk's K scales (times the softmax scale) and V scales, one vector per 16 keys.
-    alignas(64) float kts[kPairChunk], vts[kPairChunk], kzb[Int4 ? kPairChunk : 1], vzb[Int4 ? kPairChunk : 1];
     chunk_scales<T, Token, U>(a, bt, c, h, n, sscale, kf, kts, vts, kzb, vzb);
 
     PairChunk nx{};
@@ -214,7 +222,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
           else
             qk_tile<TK, true, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
         } else {
-          qk_tile<TK, Bf16Dot, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
+          qk_tile<TK, KDot, RB, KB>(sc, r0, kp + j0, d, &sc.s[r0][j0]);
         }
       }
 
@@ -277,8 +285,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       for (int x = 0; x < CH; x += 32) {
         __m512 p0 = Simd::exp(_mm512_sub_ps(_mm512_load_ps(&sc.s[r][x]), mv));
         __m512 p1 = Simd::exp(_mm512_sub_ps(_mm512_load_ps(&sc.s[r][x + 16]), mv));
-        if constexpr (Token) {  // P·V reads P·(V scale) in bf16, on the row's visible keys only (a
-          // masked slot's scale may be NaN poison); the row sum takes P itself
+        if constexpr (Token || TqV) {  // P·V reads P·(V scale) in bf16, on the row's visible keys only
+          // (a masked slot's scale may be NaN poison); the row sum takes P itself
           const __m512 j0 = _mm512_add_ps(iota, _mm512_set1_ps(float(x))), j1 = _mm512_add_ps(j0, _mm512_set1_ps(16.0f));
           const __m512 lo = _mm512_set1_ps(float(sc.vlo[r])), hi = _mm512_set1_ps(float(sc.vhi[r]));
           const __mmask16 l0 = _mm512_cmp_ps_mask(j0, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j0, hi, _CMP_LT_OQ);
@@ -292,6 +300,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
             }
           } else {
             _mm512_store_si512(&sc.pb[r][x], (__m512i)_mm512_cvtne2ps_pbh(w1, w0));
+            if constexpr (TqV)  // Σ P · min over the visible keys, which P·V adds to every dim
+              sc.vcorr[r] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_maskz_mul_ps(l0, p0, _mm512_load_ps(vzb + x)),
+                                                                _mm512_maskz_mul_ps(l1, p1, _mm512_load_ps(vzb + x + 16))));
           }
         } else if constexpr (Bf16Dot) {  // P·V reads P in bf16: sum the rounded values too
           const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
@@ -324,6 +335,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
         pv_pairs<T, RB, true>(sc, rp, pc.v, vpair, n / 2, d, pf);
       else
         pv_pairs<T, RB, false>(sc, rp, pc.v, vpair, n / 2, d, pf);
+    } else if constexpr (TqV) {  // finite codes: keys a row does not see weigh 0, no guard
+      pv_chunk_dot<RB, false, true>(sc, rp, vq, vqs, n, d);
     } else if constexpr (Fp8Dot) {
 #if ATTN_CF_VBMI
       const char* vb = reinterpret_cast<const char*>(sc.vb);
@@ -357,7 +370,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     } else
     for (int x = 0; x < d; x += kSlice)
       for (int i = 0; i < 16; ++i)
-        o[nat(x, slice_elem<TK>(false, i))] = sc.o[r][x + i], o[nat(x, slice_elem<TK>(true, i))] = sc.o[r][x + 16 + i];
+        o[nat(x, slice_elem<TV>(false, i))] = sc.o[r][x + i], o[nat(x, slice_elem<TV>(true, i))] = sc.o[r][x + 16 + i];
     if (it.partial >= 0) {
       float* po = partials + it.partial;
       std::copy(o, o + d, po + int64_t(r) * d);

@@ -142,12 +142,14 @@ inline void pv_tile_dot_e4m3(Scratch& sc, int r0, const char* v0, int64_t vstrid
 }
 #endif
 
-template <int RB, int NS>
+/// Corr: the chunk also adds the row's sc.vcorr to every dim (turboquant V: Σ P · min).
+template <int RB, int NS, bool Corr = false>
 inline void pv_tile_dot(Scratch& sc, int r0, const char* v0, int64_t vstride, int n, int x0) {
   __m512 acc[RB][2 * NS];
   for (int i = 0; i < RB; ++i) {
-    const __m512 a = _mm512_set1_ps(sc.alpha[r0 + i]);
-    for (int j = 0; j < 2 * NS; ++j) acc[i][j] = _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), a);
+    const __m512 a = _mm512_set1_ps(sc.alpha[r0 + i]), c = _mm512_set1_ps(Corr ? sc.vcorr[r0 + i] : 0.0f);
+    for (int j = 0; j < 2 * NS; ++j)
+      acc[i][j] = Corr ? _mm512_fmadd_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), a, c) : _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), a);
   }
   const char* row = v0 + int64_t(x0) * 2;
   for (int t = 0; t < n; t += 2, row += 2 * vstride) {
@@ -167,8 +169,8 @@ inline void pv_tile_dot(Scratch& sc, int r0, const char* v0, int64_t vstride, in
 }
 
 
-/// E4m3: v0 holds raw e4m3 rows (pv_tile_dot_e4m3; RB = 4, d a multiple of 64).
-template <int RB, bool E4m3 = false>
+/// E4m3: v0 holds raw e4m3 rows (pv_tile_dot_e4m3; RB = 4, d a multiple of 64). Corr: see pv_tile_dot.
+template <int RB, bool E4m3 = false, bool Corr = false>
 inline void pv_chunk_dot(Scratch& sc, int rp, const char* v0, int64_t vstride, int n, int d) {
   constexpr int NS = RB == 1 ? 4 : 8 / RB;
   for (int r0 = 0; r0 < rp; r0 += RB) {
@@ -180,10 +182,10 @@ inline void pv_chunk_dot(Scratch& sc, int rp, const char* v0, int64_t vstride, i
         continue;
       }
 #endif
-      pv_tile_dot<RB, NS>(sc, r0, v0, vstride, n, x);
+      pv_tile_dot<RB, NS, Corr>(sc, r0, v0, vstride, n, x);
     }
     if constexpr (!E4m3)
-      for (; x < d; x += kSlice) pv_tile_dot<RB, 1>(sc, r0, v0, vstride, n, x);
+      for (; x < d; x += kSlice) pv_tile_dot<RB, 1, Corr>(sc, r0, v0, vstride, n, x);
   }
 }
 
