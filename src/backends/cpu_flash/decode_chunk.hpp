@@ -10,23 +10,31 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 
 /// The n keys of a chunk (rows `tstride` bytes apart from k0, V v_off bytes after K) unpacked into
 /// dense scratch rows: nvfp4 to bf16, turboquant to fp32 (each key up to the factor kf[j] that its
-/// score takes, see unpack_tq_key_unscaled). VCodes (turboquant): V rows as the bf16 of their codes
+/// score takes, see unpack_tq_key_parts; 4-bit keys in even / odd order). VCodes (turboquant): V rows as the bf16 of their codes
 /// instead, each key's scale and minimum to vsc[j] and vmin[j] (0 for the lanes past n).
 template <Unpack U, bool VCodes = false>
 inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char* k0, int64_t tstride, int64_t v_off, int n, int d,
                          char* krows, char* vrows, float* kf, float* vsc = nullptr, float* vmin = nullptr) {
+  alignas(64) float ksq[kChunk];  // turboquant: each key's Σ c²
   for (int j = 0; j < n; ++j) {
     const uint8_t* kr = reinterpret_cast<const uint8_t*>(k0 + j * tstride);
     if constexpr (U == Unpack::nvfp4) {
       unpack_nvfp4(kr, d, reinterpret_cast<uint16_t*>(krows) + int64_t(j) * d);
       unpack_nvfp4(kr + v_off, d, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d);
     } else {
-      kf[j] = unpack_tq_key_unscaled(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d);
+      const TqKeyParts kp = unpack_tq_key_parts(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d, true);
+      kf[j] = kp.norm, ksq[j] = kp.sq;
       if constexpr (VCodes)
         unpack_tq_value_codes(kr + v_off, d, a.kv.tq, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d, vsc[j], vmin[j]);
       else
         unpack_tq_value(kr + v_off, d, a.kv.tq, reinterpret_cast<float*>(vrows) + int64_t(j) * d);
     }
+  }
+  if constexpr (U == Unpack::turboquant) {  // kf = norm / √(Σc² + 1e-16), 16 keys at a time (as tq_key_factor)
+    for (int j = n; j < kChunk; ++j) kf[j] = 0.0f, ksq[j] = 1.0f;
+    for (int j = 0; j < kChunk; j += 16)
+      _mm512_store_ps(kf + j, _mm512_mul_ps(_mm512_load_ps(kf + j), _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_add_ps(
+                                                                               _mm512_load_ps(ksq + j), _mm512_set1_ps(1e-16f))))));
   }
   if constexpr (VCodes)
     for (int j = n; j < kChunk; ++j) vsc[j] = vmin[j] = 0.0f;

@@ -157,6 +157,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
       } else if constexpr (KDot) {  // exact: the dot kernels serve bf16 q only
         const __m512i b = _mm512_castsi256_si512(bf16_rne(_mm512_load_ps(nat + x)));
         _mm512_store_si512(&sc.qb[r][x], _mm512_inserti64x4(b, bf16_rne(_mm512_load_ps(nat + x + 16)), 1));
+      } else if (Tq && tq_key_even_odd(a.kv.tq, d)) {  // the order 4-bit turboquant keys unpack to
+        for (int i = 0; i < 16; ++i) sc.q[r][x + i] = nat[x + 2 * i], sc.q[r][x + 16 + i] = nat[x + 2 * i + 1];
       } else {  // fp32 q in the order K rows widen to: lo half at [x, x+16), hi at [x+16, x+32)
         for (int i = 0; i < 16; ++i) sc.q[r][x + i] = nat[x + slice_elem<T>(false, i)], sc.q[r][x + 16 + i] = nat[x + slice_elem<T>(true, i)];
       }

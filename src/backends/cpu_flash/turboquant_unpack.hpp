@@ -11,6 +11,7 @@
 #include "attn/numeric.hpp"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+#include "backends/cpu_flash/int4_unpack.hpp"
 #include "cpu/x86_intrinsics.hpp"
 #endif
 
@@ -50,12 +51,38 @@ struct TqCentroids {
   }
 };
 
-/// One slot's key (d values) into `dst` as fp32 up to one factor per key, which it returns: the
-/// centroids with norm / |c|, or e4m3 values 2^-8 too small with 256 (exact fp16 bits, like the
-/// decode kernel's e4m3 rows). The key is dst · factor; the decode kernel puts the factor on the
-/// key's score rather than on every element.
-inline float unpack_tq_key_unscaled(const uint8_t* slot, int d, const turboquant::Format& f, const TqCentroids& c16, float* dst) {
+/// Whether unpack_tq_key_parts(even_odd = true) writes a key in even / odd order: 4-bit keys of
+/// whole 32-dim slices, each slice as its 16 even dims then its 16 odd ones (one code byte holds
+/// dims 2i and 2i + 1, so the order saves the interleave; q is read in the same order).
+inline bool tq_key_even_odd(const turboquant::Format& f, int d) { return f.key_bits == 4 && d % 32 == 0; }
+
+/// The two parts of a key's factor (see unpack_tq_key_parts): factor = norm / √(sq + 1e-16).
+struct TqKeyParts {
+  float norm = 1.0f, sq = 1.0f;  // 3 / 4 bits: the stored norm and Σ c² of the centroid vector
+};
+inline float tq_key_factor(const TqKeyParts& p) { return p.norm * (1.0f / std::sqrt(p.sq + 1e-16f)); }
+
+/// One slot's key (d values) into `dst` as fp32 up to one factor per key, whose parts it returns:
+/// the centroids (factor norm / |c|), or e4m3 values 2^-8 too small (factor 256: exact fp16 bits,
+/// like the decode kernel's e4m3 rows). The key is dst · factor; the decode kernel puts the factor
+/// on the key's score rather than on every element, and takes the square roots 16 keys at a time.
+/// even_odd: see tq_key_even_odd (otherwise natural order).
+inline TqKeyParts unpack_tq_key_parts(const uint8_t* slot, int d, const turboquant::Format& f, const TqCentroids& c16, float* dst,
+                                      bool even_odd = false) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (even_odd && tq_key_even_odd(f, d)) {  // 16 code bytes per slice: low nibbles (even dims), then high ones
+    const __m512 table = _mm512_load_ps(c16.v);
+    const __m512i low = _mm512_set1_epi32(0xF);
+    __m512 sq = _mm512_setzero_ps();
+    for (int x = 0; x < d; x += 32) {
+      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slot + x / 2)));
+      const __m512 ce = _mm512_permutexvar_ps(_mm512_and_si512(b, low), table);
+      const __m512 co = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
+      sq = _mm512_fmadd_ps(co, co, _mm512_fmadd_ps(ce, ce, sq));
+      _mm512_storeu_ps(dst + x, ce), _mm512_storeu_ps(dst + x + 16, co);
+    }
+    return {tq_detail::f16_at(slot + d / 2), _mm512_reduce_add_ps(sq)};
+  }
   if (d % 16 == 0 && f.key_fp8()) {  // byte → fp16 bits (b & 0x7f) << 7, sign to bit 15; NaN codes stay NaN
     for (int x = 0; x < d; x += 16) {
       const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slot + x)));
@@ -65,9 +92,9 @@ inline float unpack_tq_key_unscaled(const uint8_t* slot, int d, const turboquant
       h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(h, _mm256_set1_epi16(0x7e00)));
       _mm512_storeu_ps(dst + x, _mm512_cvtph_ps(h));
     }
-    return 256.0f;
+    return {256.0f, 1.0f};  // 1 + 1e-16 rounds to 1: the factor is 256 exactly
   }
-  if (d % 16 == 0) {  // centroids by index, their norm, then the stored norm over it
+  if (d % 16 == 0) {  // centroids by index, their squares' sum, and the stored norm
     const int bits = f.key_bits;  // a local: the stores to dst cannot change it (no reloads per group)
     const __m512 table = _mm512_load_ps(c16.v);
     __m512 sq = _mm512_setzero_ps();
@@ -76,18 +103,17 @@ inline float unpack_tq_key_unscaled(const uint8_t* slot, int d, const turboquant
       sq = _mm512_fmadd_ps(c, c, sq);
       _mm512_storeu_ps(dst + 16 * g, c);
     }
-    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(_mm512_reduce_add_ps(sq) + 1e-16f)));
-    return tq_detail::f16_at(slot + (d * bits + 7) / 8) * (1.0f / norm);
+    return {tq_detail::f16_at(slot + (d * bits + 7) / 8), _mm512_reduce_add_ps(sq)};
   }
 #endif
-  (void)c16;
+  (void)c16, (void)even_odd;
   turboquant::dequantize_key(slot, d, f, dst);
-  return 1.0f;
+  return {1.0f, 1.0f};
 }
 
 /// One slot's key (d values) into `dst` as fp32; `c`: the format's centroids for d.
 inline void unpack_tq_key(const uint8_t* slot, int d, const turboquant::Format& f, const TqCentroids& c16, float* dst) {
-  const float k = unpack_tq_key_unscaled(slot, d, f, c16, dst);
+  const float k = tq_key_factor(unpack_tq_key_parts(slot, d, f, c16, dst));
   if (k != 1.0f)
     for (int x = 0; x < d; ++x) dst[x] *= k;
 }
@@ -112,6 +138,7 @@ inline void unpack_tq_value(const uint8_t* v, int d, const turboquant::Format& f
 inline void unpack_tq_value_codes(const uint8_t* v, int d, const turboquant::Format& f, uint16_t* dst, float& scale, float& mn) {
   const int bits = f.value_bits, data = (d * bits + 7) / 8;
   scale = tq_detail::f16_at(v + data), mn = tq_detail::f16_at(v + data + 2);
+  if (bits == 4) return unpack_int4(v, d, 0, dst);  // two codes per byte, even dim low: int4's packing
   int g = 0;
   for (; g < d / 16; ++g)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * g), (__m256i)_mm512_cvtneps_pbh(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, bits))));
