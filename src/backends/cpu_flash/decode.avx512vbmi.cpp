@@ -8,6 +8,10 @@ namespace attn::cpu_flash {
 
 ItemFn decode_kernel_avx512_e4m3_dot() { return &avx512vbmi_decode::run_item<KvType::e4m3, true>; }
 
+ItemFn decode_kernel_avx512_turboquant_e4m3_keys() {
+  return &avx512vbmi_decode::run_item<KvType::e4m3, true, false, false, Unpack::turboquant>;
+}
+
 ItemFn decode_kernel_avx512_fp8_pairs(KvType kv) {
   using namespace avx512vbmi_decode;
   return kv == KvType::e4m3 ? &run_item<KvType::e4m3, true, true> : kv == KvType::e5m2 ? &run_item<KvType::e5m2, true, true> : nullptr;

@@ -25,6 +25,8 @@ ItemFn decode_kernel_avx512_unpacked(Unpack u, bool bf16_dot);
 ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot);
 /// AVX-512 BF16 + VBMI decode kernel for e4m3 caches and bf16 q; head sizes multiple of 64.
 ItemFn decode_kernel_avx512_e4m3_dot();
+/// The same for turboquant_k8v4 caches (e4m3 keys read in place, the values unpacked as codes).
+ItemFn decode_kernel_avx512_turboquant_e4m3_keys();
 /// AVX-512 BF16 decode kernel for HND_PAIRS caches: bf16 q and cache.
 ItemFn decode_kernel_avx512_pairs();
 /// AVX-512 BF16 + VBMI decode kernel for HND_PAIRS fp8 caches (e4m3, e5m2) and bf16 q.

@@ -11,8 +11,9 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 /// The n keys of a chunk (rows `tstride` bytes apart from k0, V v_off bytes after K) unpacked into
 /// dense scratch rows: nvfp4 to bf16, turboquant to fp32 (each key up to the factor kf[j] that its
 /// score takes, see unpack_tq_key_parts; 4-bit keys in even / odd order). VCodes (turboquant): V rows as the bf16 of their codes
-/// instead, each key's scale and minimum to vsc[j] and vmin[j] (0 for the lanes past n).
-template <Unpack U, bool VCodes = false>
+/// instead, each key's scale and minimum to vsc[j] and vmin[j] (0 for the lanes past n). !Keys
+/// (turboquant's e4m3 keys, which the kernel reads in place): the values only, kf[j] = 1.
+template <Unpack U, bool VCodes = false, bool Keys = true>
 inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char* k0, int64_t tstride, int64_t v_off, int n, int d,
                          char* krows, char* vrows, float* kf, float* vsc = nullptr, float* vmin = nullptr) {
   alignas(64) float ksq[kChunk];  // turboquant: each key's Σ c²
@@ -22,8 +23,12 @@ inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char
       unpack_nvfp4(kr, d, reinterpret_cast<uint16_t*>(krows) + int64_t(j) * d);
       unpack_nvfp4(kr + v_off, d, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d);
     } else {
-      const TqKeyParts kp = unpack_tq_key_parts(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d, true);
-      kf[j] = kp.norm, ksq[j] = kp.sq;
+      if constexpr (Keys) {
+        const TqKeyParts kp = unpack_tq_key_parts(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d, true);
+        kf[j] = kp.norm, ksq[j] = kp.sq;
+      } else {  // e4m3 keys read in place: their 2^8 is in the softmax scale (kE4m3Rebias)
+        kf[j] = 1.0f, ksq[j] = 1.0f;
+      }
       if constexpr (VCodes)
         unpack_tq_value_codes(kr + v_off, d, a.kv.tq, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d, vsc[j], vmin[j]);
       else

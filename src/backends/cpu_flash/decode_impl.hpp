@@ -64,8 +64,9 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   static_assert((T != KvType::i8 && T != KvType::i4) || Token, "int8 and int4 codes come with per-token-head scales");
   static_assert(T != KvType::i4 || Pairs, "int4 rows are read by the general kernel");
   constexpr bool Unpacked = U != Unpack::none;
-  static_assert(!Unpacked || (!Pairs && !Token && T == (U == Unpack::nvfp4 ? KvType::bf16 : KvType::f32)),
-                "nvfp4 unpacks to bf16 rows, turboquant to fp32 rows, both row caches");
+  static_assert(!Unpacked || (!Pairs && !Token &&
+                               (U == Unpack::nvfp4 ? T == KvType::bf16 : T == KvType::f32 || (T == KvType::e4m3 && Bf16Dot && ATTN_CF_VBMI))),
+                "nvfp4 unpacks to bf16 rows, turboquant to fp32 rows (e4m3 keys with bf16 q: read in place), both row caches");
   // int4 (rotated vectors): q is rotated once per row and the output rotated back; a score is
   // A·(q·k' − Σq·B) with q·k' = Σ q·(1 + c/16) over the key's codes c, A = 16 · scale · softmax
   // scale and B = 1 + z/16, and P·V takes Σ w'·(1 + z/16) back out of every dim of
@@ -84,8 +85,10 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   // bf16 values; a bf16 rounding of the keys measured errors beyond the bf16 tolerance), while
   // P·V runs on vdpbf16ps against the V codes, which bf16 holds exactly: v = code · scale + min,
   // so a row's chunk adds Σ (P · scale)·code over bf16 weights plus Σ P · min to every dim.
-  constexpr bool Tq = U == Unpack::turboquant, TqV = Tq && Bf16Dot;
-  constexpr bool KDot = Bf16Dot && !Tq;  // Q·Kᵀ on vdpbf16ps (bf16 q); P·V is whenever Bf16Dot
+  // turboquant_k8v4 with bf16 q (T = e4m3, VBMI builds): the slot's keys are plain e4m3 rows, read
+  // in place by the e4m3 dot products as an fp8 row cache's are; only the values are unpacked.
+  constexpr bool Tq = U == Unpack::turboquant, TqV = Tq && Bf16Dot, TqKeysInPlace = Tq && T == KvType::e4m3;
+  constexpr bool KDot = Bf16Dot && !(Tq && T == KvType::f32);  // Q·Kᵀ on vdpbf16ps (bf16 q); P·V is whenever Bf16Dot
   constexpr KvType TV = TqV ? KvType::bf16 : TK;  // the type P·V reads (its output slice order)
   Scratch& sc = thread_scratch();
   const int g = a.group, d = a.head_size, rows = item_rows(it, g), rp = (rows + RB - 1) / RB * RB;
@@ -194,8 +197,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
     // int4: kzb / vzb the zero points' factors; turboquant: vts / vzb each key's V scale and minimum.
     alignas(64) float kts[kPairChunk], vts[kPairChunk], kzb[Int4 ? kPairChunk : 1], vzb[Int4 || Tq ? kPairChunk : 1];
     if constexpr (Unpacked) {
-      unpack_chunk<U, TqV>(a, tqc, k0, tstride, v_off, n, d, sc.ukv[0], sc.ukv[1], kf, vts, vzb);
-      kq = sc.ukv[0], kqs = upitch;
+      unpack_chunk<U, TqV, !TqKeysInPlace>(a, tqc, k0, tstride, v_off, n, d, sc.ukv[0], sc.ukv[1], kf, vts, vzb);
+      if constexpr (!TqKeysInPlace) kq = sc.ukv[0], kqs = upitch;
     }
     // The rows P·V reads (row caches): the cache's V rows, or the unpacked ones.
     const char* vq = Unpacked ? sc.ukv[1] : k0 + v_off;
@@ -365,7 +368,7 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   alignas(64) float o[kMaxHeadSizeDecode];
   for (int r = 0; r < rows; ++r) {
     // Fused e4m3 V: the slice positions are positions of lane-order rows (e4m3_lane_elem).
-    auto nat = [&](int x, int pos) { return fused ? x / 64 * 64 + e4m3_lane_elem(x % 64 + pos) : x + pos; };
+    auto nat = [&](int x, int pos) { return fused && !TqV ? x / 64 * 64 + e4m3_lane_elem(x % 64 + pos) : x + pos; };
     if constexpr (Pairs) {  // pair P·V keeps natural order
       std::copy(sc.o[r], sc.o[r] + d, o);
       if constexpr (Int4) int4_head::unrotate(o, d, &hadamard_simd);  // linear: before the normalization and merges
