@@ -22,7 +22,8 @@ ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot) {
 ItemFn decode_kernel_avx512_unpacked(Unpack u, bool bf16_dot) {
   using namespace avx512_decode;
   if (u == Unpack::turboquant)  // bf16 q: P·V on the V codes (decode_impl.hpp), Q·Kᵀ in fp32 either way
-    return bf16_dot ? &run_item<KvType::f32, true, false, false, Unpack::turboquant> : &run_item<KvType::f32, false, false, false, Unpack::turboquant>;
+    return bf16_dot ? &run_item<KvType::f32, true, false, false, Unpack::turboquant>
+                    : &run_item<KvType::f32, false, false, false, Unpack::turboquant>;
   if (u == Unpack::nvfp4)
     return bf16_dot ? &run_item<KvType::bf16, true, false, false, Unpack::nvfp4> : &run_item<KvType::bf16, false, false, false, Unpack::nvfp4>;
   return nullptr;

@@ -14,12 +14,14 @@ inline constexpr int kMaxHeadSizeDecode = kMaxHeadSize;
 constexpr bool decode_head_size(int d) { return d % 32 == 0 && d <= kMaxHeadSizeDecode; }
 
 /// Caches whose rows the decode kernel unpacks per chunk into scratch rows, then reads as a row
-/// cache: nvfp4 into bf16 rows (e2m1 · block scale, exact), turboquant into fp32 rows (the key
-/// rotated, norm · c / |c|, or its fp8 values; the value code · scale + min).
+/// cache: nvfp4 into bf16 rows (e2m1 · block scale, exact), turboquant into fp32 key rows (rotated,
+/// norm · c / |c|, or the fp8 values) and value rows (code · scale + min in fp32, or with bf16 q
+/// the codes in bf16, their scale and minimum applied around the products).
 enum class Unpack : uint8_t { none, nvfp4, turboquant };
 
 #if defined(__x86_64__) || defined(_M_X64)
-/// AVX-512 decode kernel for nvfp4 / turboquant caches; bf16_dot (nvfp4 with bf16 q): vdpbf16ps.
+/// AVX-512 decode kernel for nvfp4 / turboquant caches; bf16_dot (bf16 q): vdpbf16ps for nvfp4's
+/// products and turboquant's P·V.
 ItemFn decode_kernel_avx512_unpacked(Unpack u, bool bf16_dot);
 /// AVX-512 decode kernel for a cache type; bf16_dot: Q·Kᵀ on vdpbf16ps (bf16 q and cache only).
 ItemFn decode_kernel_avx512(KvType kv, bool bf16_dot);

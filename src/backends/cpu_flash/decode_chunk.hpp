@@ -10,9 +10,10 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 
 /// The n keys of a chunk (rows `tstride` bytes apart from k0, V v_off bytes after K) unpacked into
 /// dense scratch rows: nvfp4 to bf16, turboquant to fp32 (each key up to the factor kf[j] that its
-/// score takes, see unpack_tq_key_parts; 4-bit keys in even / odd order). VCodes (turboquant): V rows as the bf16 of their codes
-/// instead, each key's scale and minimum to vsc[j] and vmin[j] (0 for the lanes past n). !Keys
-/// (turboquant's e4m3 keys, which the kernel reads in place): the values only, kf[j] = 1.
+/// score takes, see unpack_tq_key_parts; 4-bit keys in even / odd order). VCodes (turboquant): V
+/// rows as the bf16 of their codes instead, each key's scale and minimum to vsc[j] and vmin[j] (0
+/// for the lanes past n). !Keys (turboquant's e4m3 keys, which the kernel reads in place): the
+/// values only, kf[j] = 1.
 template <Unpack U, bool VCodes = false, bool Keys = true>
 inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char* k0, int64_t tstride, int64_t v_off, int n, int d,
                          char* krows, char* vrows, float* kf, float* vsc = nullptr, float* vmin = nullptr) {

@@ -65,7 +65,8 @@ void run(const KernelArgs& a, const WorkItem& it, float* partials) {
   static_assert(T != KvType::i4 || Pairs, "int4 rows are read by the general kernel");
   constexpr bool Unpacked = U != Unpack::none;
   static_assert(!Unpacked || (!Pairs && !Token &&
-                               (U == Unpack::nvfp4 ? T == KvType::bf16 : T == KvType::f32 || (T == KvType::e4m3 && Bf16Dot && ATTN_CF_VBMI))),
+                               (U == Unpack::nvfp4 ? T == KvType::bf16
+                                                   : T == KvType::f32 || (T == KvType::e4m3 && Bf16Dot && ATTN_CF_VBMI))),
                 "nvfp4 unpacks to bf16 rows, turboquant to fp32 rows (e4m3 keys with bf16 q: read in place), both row caches");
   // int4 (rotated vectors): q is rotated once per row and the output rotated back; a score is
   // A·(q·k' − Σq·B) with q·k' = Σ q·(1 + c/16) over the key's codes c, A = 16 · scale · softmax

@@ -148,8 +148,10 @@ inline void pv_tile_dot(Scratch& sc, int r0, const char* v0, int64_t vstride, in
   __m512 acc[RB][2 * NS];
   for (int i = 0; i < RB; ++i) {
     const __m512 a = _mm512_set1_ps(sc.alpha[r0 + i]), c = _mm512_set1_ps(Corr ? sc.vcorr[r0 + i] : 0.0f);
-    for (int j = 0; j < 2 * NS; ++j)
-      acc[i][j] = Corr ? _mm512_fmadd_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), a, c) : _mm512_mul_ps(_mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]), a);
+    for (int j = 0; j < 2 * NS; ++j) {
+      const __m512 o = _mm512_load_ps(&sc.o[r0 + i][x0 + 16 * j]);
+      acc[i][j] = Corr ? _mm512_fmadd_ps(o, a, c) : _mm512_mul_ps(o, a);
+    }
   }
   const char* row = v0 + int64_t(x0) * 2;
   for (int t = 0; t < n; t += 2, row += 2 * vstride) {

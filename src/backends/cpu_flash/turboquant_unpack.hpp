@@ -141,7 +141,8 @@ inline void unpack_tq_value_codes(const uint8_t* v, int d, const turboquant::For
   if (bits == 4) return unpack_int4(v, d, 0, dst);  // two codes per byte, even dim low: int4's packing
   int g = 0;
   for (; g < d / 16; ++g)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * g), (__m256i)_mm512_cvtneps_pbh(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, bits))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * g),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, bits))));
   for (int i = 16 * g; i < d; ++i) {  // code i at bit bits · i, little-endian (4 bits: two per byte, even dim low)
     const int bit = bits * i;
     const int w = v[bit / 8] | (bit / 8 + 1 < data ? v[bit / 8 + 1] << 8 : 0);
