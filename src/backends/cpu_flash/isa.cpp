@@ -89,10 +89,12 @@ ItemFn decode_kernel_for(Isa isa, const KernelArgs& a) {
   const KVLayout layout = a.kv.layout;
   const bool bf16_dot = isa >= Isa::avx512_bf16 && a.q_dtype == DType::bfloat16;
   const bool token_scales = a.kv.k_token_scales != nullptr, int4 = a.int4;
-  // nvfp4 rows and turboquant slots: unpacked per chunk into scratch rows (exact bf16, or fp32).
+  // turboquant_k8v4 with bf16 q: its e4m3 keys read in place by the VBMI byte-table dot products
+  // (as an e4m3 row cache's: head sizes of 64s), its values unpacked.
   if (a.turboquant && a.kv.tq.key_fp8() && bf16_dot && head_size % 64 == 0 && decode_head_size(head_size) &&
       a.head_size_v == head_size && has_vbmi())
     return decode_kernel_avx512_turboquant_e4m3_keys();
+  // nvfp4 rows and turboquant slots: unpacked per chunk into scratch rows (exact bf16, or fp32).
   if (a.kv.nvfp4 || a.turboquant)
     return isa >= Isa::avx512 && decode_head_size(head_size) && a.head_size_v == head_size
                ? decode_kernel_avx512_unpacked(a.turboquant ? Unpack::turboquant : Unpack::nvfp4, bf16_dot)

@@ -133,21 +133,16 @@ inline void unpack_tq_value(const uint8_t* v, int d, const turboquant::Format& f
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-/// One slot's value part (d values, at `v`) as the bf16 of its codes (exact: 0 .. 15) into `dst`,
-/// with the scale and minimum that read them back (value = code · scale + min). Decode builds only.
+/// One slot's value part (d values, a multiple of 16, at `v`) as the bf16 of its codes (exact: 0 ..
+/// 15) into `dst`, with the scale and minimum that read them back (value = code · scale + min). The
+/// decode kernel's (its head sizes are whole 32-dim slices).
 inline void unpack_tq_value_codes(const uint8_t* v, int d, const turboquant::Format& f, uint16_t* dst, float& scale, float& mn) {
   const int bits = f.value_bits, data = (d * bits + 7) / 8;
   scale = tq_detail::f16_at(v + data), mn = tq_detail::f16_at(v + data + 2);
   if (bits == 4) return unpack_int4(v, d, 0, dst);  // two codes per byte, even dim low: int4's packing
-  int g = 0;
-  for (; g < d / 16; ++g)
+  for (int g = 0; g < d / 16; ++g)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * g),
                         (__m256i)_mm512_cvtneps_pbh(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, bits))));
-  for (int i = 16 * g; i < d; ++i) {  // code i at bit bits · i, little-endian (4 bits: two per byte, even dim low)
-    const int bit = bits * i;
-    const int w = v[bit / 8] | (bit / 8 + 1 < data ? v[bit / 8 + 1] << 8 : 0);
-    dst[i] = f32_to_bf16(float((w >> (bit % 8)) & ((1 << bits) - 1)));
-  }
 }
 #endif
 
