@@ -28,7 +28,7 @@ inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char
         const TqKeyParts kp = unpack_tq_key_parts(kr, d, a.kv.tq, tqc, reinterpret_cast<float*>(krows) + int64_t(j) * d, true);
         kf[j] = kp.norm, ksq[j] = kp.sq;
       } else {  // e4m3 keys read in place: their 2^8 is in the softmax scale (kE4m3Rebias)
-        kf[j] = 1.0f, ksq[j] = 1.0f;
+        kf[j] = 1.0f;
       }
       if constexpr (VCodes)
         unpack_tq_value_codes(kr + v_off, d, a.kv.tq, reinterpret_cast<uint16_t*>(vrows) + int64_t(j) * d, vsc[j], vmin[j]);
@@ -36,7 +36,7 @@ inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char
         unpack_tq_value(kr + v_off, d, a.kv.tq, reinterpret_cast<float*>(vrows) + int64_t(j) * d);
     }
   }
-  if constexpr (U == Unpack::turboquant) {  // kf = norm / √(Σc² + 1e-16), 16 keys at a time (as tq_key_factor)
+  if constexpr (U == Unpack::turboquant && Keys) {  // kf = norm / √(Σc² + 1e-16), 16 keys at a time (as tq_key_factor)
     for (int j = n; j < kChunk; ++j) kf[j] = 0.0f, ksq[j] = 1.0f;
     for (int j = 0; j < kChunk; j += 16)
       _mm512_store_ps(kf + j, _mm512_mul_ps(_mm512_load_ps(kf + j), _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_add_ps(
