@@ -11,7 +11,9 @@ decode time = time(1 + N new tokens) - time(1 new token) for the same cached pro
                                           [--new-tokens 16] [--runs 3] [--layers 16]
 
 Needs vLLM's CPU build (scripts/install_vllm.py makes a venv with it). Prints one row per cell:
-output tokens/s of each and the ratio, with the load average before and after.
+output tokens/s of each and the ratio, and the milliseconds per decode step each engine spent in its
+attention calls (what bounds the ratio: the rest of a step is the model's weights), with the load
+average before and after. Each engine is checked to run the backend its column names.
 """
 from __future__ import annotations
 
@@ -52,6 +54,27 @@ def worker(args) -> None:
     os.environ["ATTN_VLLM"] = "0"  # the first engine: vLLM's own CPU_ATTN
     from vllm import LLM, SamplingParams
 
+    # Each engine must run the backend its column names (attn's layers are counted as they run),
+    # and each engine's attention calls are timed: their share of a decode step. (A layer attn left
+    # to CPU_ATTN would be timed twice; this model's layers are all attn's.)
+    from attn.integrations import vllm_backend
+    from vllm.v1.attention.backends import cpu_attn
+
+    calls, spent = [0], [0.0]
+
+    def timed(f, count=False):
+        def call(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t
+                calls[0] += count
+        return call
+
+    vllm_backend.AttnImpl.forward = timed(vllm_backend.AttnImpl.forward, count=True)
+    for name in ("forward", "do_kv_cache_update"):  # CPU_ATTN writes the step's K/V in a call of its own
+        setattr(cpu_attn.CPUAttentionBackendImpl, name, timed(getattr(cpu_attn.CPUAttentionBackendImpl, name)))
     max_len = max(args.prompts) + args.new_tokens + 8
     common = dict(model=args.model, dtype="bfloat16", max_model_len=max_len, enforce_eager=True, seed=0,
                   skip_tokenizer_init=True, enable_prefix_caching=True, max_num_seqs=max(args.batches),
@@ -60,7 +83,7 @@ def worker(args) -> None:
     os.environ["ATTN_VLLM"] = "1"
     from attn.integrations import vllm as attn_vllm
 
-    assert attn_vllm.register()
+    assert attn_vllm.register()  # engines built from here on choose attn's backend
     engines["attn"] = LLM(**common)
     rows = []
     for batch in args.batches:
@@ -68,19 +91,25 @@ def worker(args) -> None:
             prompts = [{"prompt_token_ids": [(7 * s + 13 * i) % 128000 + 1 for i in range(plen)]} for s in range(batch)]
             one = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, detokenize=False)
             many = SamplingParams(temperature=0.0, max_tokens=1 + args.new_tokens, ignore_eos=True, detokenize=False)
-            for llm in engines.values():  # prefill once: later calls find the prompts cached
+            for name, llm in engines.items():  # prefill once: later calls find the prompts cached
+                before = calls[0]
                 llm.generate(prompts, one, use_tqdm=False)
-            times = {name: [] for name in engines}
+                if (calls[0] > before) != (name == "attn"):
+                    raise SystemExit(f"the {name} engine ran {calls[0] - before} attn layer calls")
+            times, attention = {name: [] for name in engines}, {name: [] for name in engines}
             for _ in range(args.runs):
                 for name, llm in engines.items():
-                    t0 = time.perf_counter()
+                    t0, a0 = time.perf_counter(), spent[0]
                     llm.generate(prompts, one, use_tqdm=False)
-                    t1 = time.perf_counter()
+                    t1, a1 = time.perf_counter(), spent[0]
                     llm.generate(prompts, many, use_tqdm=False)
-                    t2 = time.perf_counter()
+                    t2, a2 = time.perf_counter(), spent[0]
                     times[name].append((t2 - t1) - (t1 - t0))
+                    attention[name].append(((a2 - a1) - (a1 - a0)) / args.new_tokens * 1e3)
             tps = {n: batch * args.new_tokens / statistics.median(t) for n, t in times.items()}
-            rows.append(dict(threads=args.threads[0], batch=batch, prompt=plen, attn=tps["attn"], cpu_attn=tps["CPU_ATTN"]))
+            ms = {n: statistics.median(t) for n, t in attention.items()}
+            rows.append(dict(threads=args.threads[0], batch=batch, prompt=plen, attn=tps["attn"], cpu_attn=tps["CPU_ATTN"],
+                             attn_attention_ms=ms["attn"], cpu_attn_attention_ms=ms["CPU_ATTN"]))
             print(json.dumps(rows[-1]), flush=True)
     Path(args.out).write_text(json.dumps(rows))
 
@@ -93,13 +122,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--model", default=str(Path(tempfile.gettempdir()) / "attn-llama-3.2-1b-shaped"))
+    ap.add_argument("--model", default=None, help="model directory (made when missing; default: one per layer count)")
     ap.add_argument("--kv-space-gib", type=int, default=6)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    args.model = args.model or str(Path(tempfile.gettempdir()) / f"attn-llama-3.2-1b-shaped-{args.layers}l")
     build_model(Path(args.model), args.layers)
     print(f"load average before: {os.getloadavg()}", flush=True)
     rows = []
@@ -113,10 +143,12 @@ def main() -> None:
             subprocess.run(cmd, env=env, check=True, stdout=sys.stderr)
             rows += json.loads(Path(out.name).read_text())
     print(f"load average after: {os.getloadavg()}")
-    print(f"{'threads':>7} {'batch':>5} {'prompt':>6} {'attn tok/s':>10} {'CPU_ATTN tok/s':>14} {'attn / CPU_ATTN':>15}")
+    print("tok/s: output tokens per second of decode; attention: ms per decode step in the engine's attention calls")
+    print(f"{'threads':>7} {'batch':>5} {'prompt':>6} {'attn tok/s':>10} {'CPU_ATTN tok/s':>14} {'attn / CPU_ATTN':>15}"
+          f" {'attention: attn':>16} {'CPU_ATTN':>9}")
     for r in rows:
         print(f"{r['threads']:>7} {r['batch']:>5} {r['prompt']:>6} {r['attn']:>10.1f} {r['cpu_attn']:>14.1f} "
-              f"{r['attn'] / r['cpu_attn']:>14.2f}x")
+              f"{r['attn'] / r['cpu_attn']:>14.2f}x {r['attn_attention_ms']:>13.1f} ms {r['cpu_attn_attention_ms']:>6.1f} ms")
 
 
 if __name__ == "__main__":

@@ -231,3 +231,25 @@ def test_declared_capabilities_follow_attn_selector():
         cfg = attn.LayerConfig(num_heads=8, num_kv_heads=2, head_size=d, dtype="bfloat16")
         assert attn.select(cfg).backend != "reference"
     assert vb.AttnBackend.supported_kv_cache_layouts()[0] == KVCacheLayout.LBHNC
+
+
+def test_register_reaches_engines_built_after_an_earlier_selection(vllm_config):
+    """An engine built before register() (vLLM's CPU_ATTN) leaves its choice in vLLM's per-process
+    selection cache; engines built after register() in the same process must get attn's backend."""
+    from attn.integrations import vllm as attn_vllm
+    from vllm.v1.attention import selector
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    def chosen():
+        with set_current_vllm_config(vllm_config):
+            return selector.get_attn_backend(D, torch.bfloat16, "auto")
+
+    AttentionBackendEnum.CPU_ATTN.clear_override()  # as before the plugin registered
+    selector._cached_get_attn_backend.cache_clear()
+    try:
+        assert chosen() is CPUAttentionBackend      # the earlier engine's choice, now cached
+        assert attn_vllm.register()
+        assert chosen() is vb.AttnBackend
+    finally:
+        attn_vllm.register()

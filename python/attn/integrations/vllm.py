@@ -33,12 +33,26 @@ def register() -> bool:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_CLASS)
+    _forget_earlier_selections()
     _keep_canonical_cache_content()
     from vllm.logger import init_logger
 
     init_logger("vllm.attn").info_once("attn %s serves attention on vLLM's CPU platform (ATTN_VLLM=0 turns it off)",
                                        _version())
     return True
+
+
+def _forget_earlier_selections() -> None:
+    """vLLM caches each layer kind's backend class per process (keyed by the layer's attention
+    config, not by the registry): an engine built before register() leaves CPU_ATTN's class in that
+    cache, and every later engine in the process would get it too. Dropping the cached choices
+    makes engines built from now on resolve CPU_ATTN's entry again, i.e. attn's backend; engines
+    already built keep the backend they have."""
+    from vllm.v1.attention import selector
+
+    cached = getattr(selector, "_cached_get_attn_backend", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
 
 
 def _version() -> str:
