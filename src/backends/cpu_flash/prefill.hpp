@@ -110,7 +110,8 @@ DotRates measure_dot_rates(int reps);
 #endif
 
 /// Stage switches for measurement only (0 = everything); see prefill_tile.avx512.cpp.
-enum Stage : unsigned { kSkipQk = 1, kSkipSoftmax = 2, kSkipPv = 4, kPackOnly = 8 };
+/// kTileByTile: every item on the tile-by-tile loop, none on the short-range one.
+enum Stage : unsigned { kSkipQk = 1, kSkipSoftmax = 2, kSkipPv = 4, kPackOnly = 8, kTileByTile = 16 };
 void set_stage_mask_for_measurement(unsigned mask);
 unsigned stage_mask_for_measurement();
 

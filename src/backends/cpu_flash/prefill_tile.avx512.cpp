@@ -11,7 +11,8 @@
 // a row's first or last visible key are masked.
 // On AMX (PackLayout::amx) steps 1 and 3 run on the tile unit for 16 rows × the whole 64-key
 // tile at a time (prefill_amx.cpp); step 2 reads S from memory, O is rescaled in memory.
-// The micro-kernels (Ctx, qk_softmax, pv, pv_guarded) are in prefill_tile_micro.inl.
+// The micro-kernels (Ctx, qk_softmax, pv, pv_guarded) are in prefill_tile_micro.inl; items
+// whose keys fit one short range (sliding windows) take prefill_tile_short.inl instead.
 #define ATTN_CF_NS prefill_avx512
 #include "kernels/simd/simd_avx512.hpp"
 #include "attn/numeric.hpp"
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -55,6 +57,14 @@ inline __m512 exp2v(__m512 x) {
   return _mm512_scalef_ps(p, x);
 }
 
+/// Copies n bf16 values inline: a q row is a few cache lines, too short for a memmove call.
+inline void copy_bf16_row(const uint16_t* src, uint16_t* dst, int n) {
+  for (int x = 0; x < n; x += 32) {
+    const __mmask32 k = n - x >= 32 ? ~__mmask32(0) : __mmask32((1u << (n - x)) - 1);
+    _mm512_mask_storeu_epi16(dst + x, k, _mm512_maskz_loadu_epi16(k, src + x));
+  }
+}
+
 /// Per-thread tile state, grown on demand and reused across items and calls.
 struct Scratch {
   std::vector<float> o, lsum, qf, pf, m2, alpha, s;
@@ -69,40 +79,52 @@ Scratch& scratch() {
 #include "backends/cpu_flash/prefill_tile_micro.inl"
 
 /// Normalizes and writes the item's rows: the sink as one more logit in the denominator, 1/l,
-/// the V scale; vectorized, since with short windows (gpt-oss: 128 keys) a scalar row store
-/// costs a sizeable share of an item.
+/// the V scale; vectorized, the factors too (16 rows at a time), since with short windows
+/// (gpt-oss: 128 keys) a scalar row store costs a sizeable share of an item.
 void store_rows(const KernelArgs& a, const Ctx& cx, int rows, int64_t tok0, int kv_head) {
-  constexpr float kLn2 = 0.693147180559945309f;
   const int g = a.group, dv = a.head_size_v;
   const float vscale = a.kv.v_scales[kv_head] * (a.kv_type == KvType::e4m3 ? kE4m3Rebias : 1.0f);
-  for (int r = 0; r < rows; ++r) {
-    if (a.int4) int4_head::unrotate(cx.o + int64_t(r) * cx.dvp, dv, &ATTN_CF_NS::hadamard_simd);  // outputs over rotated V rows
-    const int head = kv_head * g + r % g;
-    const float l = _mm512_reduce_add_ps(_mm512_loadu_ps(cx.lsum + r * 16));
-    const float m = cx.m2[r] * kLn2;  // natural-log units, like the sink logit
-    float factor;
-    if (a.sinks) {
-      const float sink = a.sinks[head], mm = std::max(m, sink), w = std::exp(m - mm);
-      factor = w / (l * w + std::exp(sink - mm));
-    } else {
-      factor = l == 0.0f ? 0.0f : 1.0f / l;  // fully masked row -> 0 (a NaN sum stays NaN)
+  int t = 0, j = 0;  // row r's token and head within the group
+  for (int r16 = 0; r16 < rows; r16 += 16) {
+    const int n = std::min(16, rows - r16);
+    const __mmask16 live = __mmask16((1u << n) - 1);
+    alignas(64) float l[16] = {}, sink2[16] = {}, factor[16];
+    for (int i = 0, jj = j; i < n; ++i, jj = jj + 1 == g ? 0 : jj + 1) {
+      l[i] = _mm512_reduce_add_ps(_mm512_loadu_ps(cx.lsum + (r16 + i) * 16));
+      if (a.sinks) sink2[i] = a.sinks[kv_head * g + jj] * kLog2e;  // log2 units, like m2
     }
-    const __m512 f = _mm512_set1_ps(factor * vscale);
-    const int64_t base = (tok0 + r / g) * a.o_tok_stride + int64_t(head) * a.o_head_stride;
-    const float* o = cx.o + int64_t(r) * cx.dvp;
-    for (int x = 0; x < dv; x += 16) {
-      const __mmask16 k = dv - x >= 16 ? __mmask16(0xffff) : __mmask16((1u << (dv - x)) - 1);
-      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(o + x), f);
-      if (a.out_dtype == DType::float32)
-        _mm512_mask_storeu_ps(static_cast<float*>(a.out) + base + x, k, v);
-      else if (a.out_dtype == DType::bfloat16)
-        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(a.out) + base + x, k, (__m256i)_mm512_cvtneps_pbh(v));
-      else
-        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(a.out) + base + x, k,
-                                 _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m512 lv = _mm512_load_ps(l), m2 = _mm512_maskz_loadu_ps(live, cx.m2 + r16);
+    __m512 f;
+    if (a.sinks) {  // w / (l·w + e^(sink − mm)), w = e^(m − mm), mm = max(m, sink)
+      const __m512 s2 = _mm512_load_ps(sink2), mm = _mm512_max_ps(m2, s2), w = exp2v(_mm512_sub_ps(m2, mm));
+      f = _mm512_div_ps(w, _mm512_fmadd_ps(lv, w, exp2v(_mm512_sub_ps(s2, mm))));
+    } else {  // fully masked row -> 0 (a NaN sum stays NaN)
+      const __mmask16 zero = _mm512_cmp_ps_mask(lv, _mm512_setzero_ps(), _CMP_EQ_OQ);
+      f = _mm512_maskz_div_ps(__mmask16(~zero), _mm512_set1_ps(1.0f), lv);
+    }
+    _mm512_store_ps(factor, _mm512_mul_ps(f, _mm512_set1_ps(vscale)));
+    for (int i = 0; i < n; ++i, j = j + 1 == g ? 0 : j + 1, t += j == 0) {
+      const int r = r16 + i, head = kv_head * g + j;
+      if (a.int4) int4_head::unrotate(cx.o + int64_t(r) * cx.dvp, dv, &ATTN_CF_NS::hadamard_simd);  // outputs over rotated V rows
+      const __m512 fv = _mm512_set1_ps(factor[i]);
+      const int64_t base = (tok0 + t) * a.o_tok_stride + int64_t(head) * a.o_head_stride;
+      const float* o = cx.o + int64_t(r) * cx.dvp;
+      for (int x = 0; x < dv; x += 16) {
+        const __mmask16 k = dv - x >= 16 ? __mmask16(0xffff) : __mmask16((1u << (dv - x)) - 1);
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(o + x), fv);
+        if (a.out_dtype == DType::float32)
+          _mm512_mask_storeu_ps(static_cast<float*>(a.out) + base + x, k, v);
+        else if (a.out_dtype == DType::bfloat16)
+          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(a.out) + base + x, k, (__m256i)_mm512_cvtneps_pbh(v));
+        else
+          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(a.out) + base + x, k,
+                                   _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
     }
   }
 }
+
+#include "backends/cpu_flash/prefill_tile_short.inl"
 
 using QkFn = void (*)(const Ctx&, int, const char*, int, int32_t);
 using PvFn = void (*)(const Ctx&, int, const char*, int, int, int);
@@ -223,10 +245,10 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   const int rows = item_rows(it, g), rp = (rows + row_block - 1) / row_block * row_block;
   const int s = it.seq, h = it.kv_head;
   Scratch& sc = scratch();
-  sc.o.assign(std::size_t(rp) * dvp, 0.0f);
-  sc.lsum.assign(std::size_t(rp) * 16, 0.0f);
-  sc.m2.assign(std::size_t(rp), kMasked);
-  sc.alpha.assign(std::size_t(rp), 1.0f);
+  // O, the sums and the maxima start from zero / kMasked on the tile-by-tile path only (below):
+  // the short-range path writes every row of them.
+  sc.o.resize(std::size_t(rp) * dvp), sc.lsum.resize(std::size_t(rp) * 16);
+  sc.m2.resize(std::size_t(rp)), sc.alpha.resize(std::size_t(rp));
   sc.lo.resize(std::size_t(rp)), sc.hi.resize(std::size_t(rp));
   // Real Q rows are overwritten below; only the padding rows need their zeros.
   if constexpr (Bf16) {
@@ -241,14 +263,16 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   const int64_t tok0 = a.query_start_loc[s] + it.q_begin;
   const int32_t seq_len = a.seq_lens[s];
   const int32_t first_pos = seq_len - (a.query_start_loc[s + 1] - a.query_start_loc[s]) + it.q_begin;
-  for (int r = 0; r < rp; ++r) {
+  // Row r is token t = r / g, head h·g + j with j = r % g (counted, not divided: this loop runs
+  // once per row of every item).
+  for (int r = 0, t = 0, j = 0; r < rp; ++r, j = j + 1 == g ? 0 : j + 1, t += j == 0) {
     // Padding rows repeat the last real row's range (their zero q gives finite scores, and
     // they never add masks of their own); they are never stored.
-    const int32_t pos = first_pos + std::min(r, rows - 1) / g;
+    const int32_t pos = first_pos + (r < rows ? t : (rows - 1) / g);
     sc.hi[std::size_t(r)] = a.causal ? std::min(pos, seq_len - 1) : seq_len - 1;
     sc.lo[std::size_t(r)] = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
     if (r >= rows) continue;
-    const int64_t e = (tok0 + r / g) * a.q_tok_stride + int64_t(h * g + r % g) * a.q_head_stride;
+    const int64_t e = (tok0 + t) * a.q_tok_stride + int64_t(h * g + j) * a.q_head_stride;
     // int4 and turboquant's 3 / 4-bit keys live in a rotated space: q rotated like them (see
     // int4_head, turboquant::rotate), then as the tiles take it. turboquant's bf16 tiles hold the
     // keys rotated back instead, so bf16 q is taken as it is (one bf16 rounding fewer).
@@ -267,7 +291,7 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
       }
     } else if constexpr (Bf16) {
       const uint16_t* src = static_cast<const uint16_t*>(a.q) + e;
-      for (int x = 0; x < d; x += qd) std::copy(src, src + qd, sc.qb.data() + int64_t(r) * d + x);
+      for (int x = 0; x < d; x += qd) copy_bf16_row(src, sc.qb.data() + int64_t(r) * d + x, qd);
     } else {
       for (int x = 0; x < qd; ++x) sc.qf[std::size_t(r) * d + x] = load_as_float(a.q, a.q_dtype, e + x);
     }
@@ -286,6 +310,13 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   const int64_t tile_bytes = L.k_tile_bytes + L.v_tile_bytes;
   // The item's key range, tightened to what its rows can see.
   const int32_t kb = std::max(it.kv_begin, sc.lo[0]), ke = std::min(it.kv_end, sc.hi[std::size_t(rp - 1)] + 1);
+  if (!(g_stage_mask & kTileByTile) && short_range_fits(L, kb, ke)) {
+    run_short(a, L, it, cx, rows, rp, buf + grp.offset, grp.tile0, kb, ke);
+    store_rows(a, cx, rows, tok0, h);
+    return;
+  }
+  std::fill(sc.o.begin(), sc.o.end(), 0.0f), std::fill(sc.lsum.begin(), sc.lsum.end(), 0.0f);
+  std::fill(sc.m2.begin(), sc.m2.end(), kMasked), std::fill(sc.alpha.begin(), sc.alpha.end(), 1.0f);
   const int nvd = dvp / 16;
   if (amx) cx.s = sc.s.data(), amx_begin();
   for (int32_t t = kb / kTileKeys; t * kTileKeys < ke; ++t) {

@@ -6,6 +6,8 @@
 // which are timed in thread CPU time. Stage rows switch parts of the kernel off to show which
 // limits: packing alone, Q·Kᵀ alone, P·V alone, softmax alone, the two matmuls without softmax.
 //   ATTN_PREFILL_BENCH=1 build/tests/attn_tests --gtest_filter='CpuFlashPrefillBench.*'
+// ATTN_PREFILL_BENCH_SHAPE / _VARIANT keep the shapes / variants whose names contain the string
+// (one variant alone, for a profiler).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -72,6 +74,7 @@ TEST(CpuFlashPrefillBench, Throughput) {
   const bool bf16_cpu = best_isa(detect_cpu()) >= Isa::avx512_bf16;
   const Shape shapes[] = {{"llama8b 2048 causal", 32, 8, 128, 0, false, 2048}, {"gpt-oss 2048 swa128+sinks", 64, 8, 64, 128, true, 2048}};
   std::string filter = std::getenv("ATTN_PREFILL_BENCH_SHAPE") ? std::getenv("ATTN_PREFILL_BENCH_SHAPE") : "";
+  const std::string variant_filter = std::getenv("ATTN_PREFILL_BENCH_VARIANT") ? std::getenv("ATTN_PREFILL_BENCH_VARIANT") : "";
   std::vector<int> thread_counts = {1, 2};
   if (const char* t = std::getenv("ATTN_PREFILL_BENCH_THREADS")) thread_counts = {std::atoi(t)};
 
@@ -90,6 +93,7 @@ TEST(CpuFlashPrefillBench, Throughput) {
 
     std::vector<Variant> vs;
     auto add = [&](std::string name, const char* isa, const char* route, unsigned stages) {
+      if (name.find(variant_filter) == std::string::npos) return;
       Variant v{std::move(name), isa, route, stages, nullptr, {}, {}};
       ForceIsa force{std::string(isa)};
       setenv("ATTN_CPU_PREFILL", route, 1);
@@ -100,12 +104,14 @@ TEST(CpuFlashPrefillBench, Throughput) {
     const char* best = bf16_cpu ? "avx512_bf16" : "avx512";
     add("prefill (auto isa)", "auto", "auto", 0);
     if (bf16_cpu) add("prefill fp32 tiles (avx512)", "avx512", "auto", 0);
+    add("prefill tile by tile only", best, "auto", prefill::kTileByTile);
     add("general kernel (auto isa)", "auto", "off", 0);
     add("stage: packing only", best, "auto", prefill::kPackOnly);
     add("stage: Q·Kᵀ only", best, "auto", prefill::kSkipSoftmax | prefill::kSkipPv);
     add("stage: P·V only", best, "auto", prefill::kSkipQk | prefill::kSkipSoftmax);
     add("stage: softmax only", best, "auto", prefill::kSkipQk | prefill::kSkipPv);
     add("stage: Q·Kᵀ + P·V, no softmax", best, "auto", prefill::kSkipSoftmax);
+    add("stage: none (loads, stores, loop)", best, "auto", prefill::kSkipQk | prefill::kSkipSoftmax | prefill::kSkipPv);
     if (best_isa(detect_cpu()) >= Isa::amx) {
       add("stage amx: Q·Kᵀ only", "amx", "auto", prefill::kSkipSoftmax | prefill::kSkipPv);
       add("stage amx: P·V only", "amx", "auto", prefill::kSkipQk | prefill::kSkipSoftmax);

@@ -1,4 +1,5 @@
-// The prefill path (packed K/V, register-blocked Q·Kᵀ / P·V, fused softmax) against the fp64
+// The prefill path (packed K/V, register-blocked Q·Kᵀ / P·V, fused softmax; items of up to 256
+// keys on the short-range loop, longer ones tile by tile) against the fp64
 // reference: lengths around the 64-key tile, GQA 1/4/8, window, sinks, soft-cap, non-causal,
 // every KV dtype and head-size padding. ATTN_CPU_PREFILL=all routes every unsplit item, down
 // to a single row, through it; `auto` is what users get.
@@ -89,6 +90,8 @@ TEST(CpuFlashPrefill, FeaturesAgainstOracle) {
   const Feature features[] = {
       {"window", [](LayerConfig& c) { c.sliding_window = 50; }},
       {"window_128", [](LayerConfig& c) { c.sliding_window = 128; }},
+      // Wider than the short-range path takes (256 keys): windows on the tile-by-tile loop.
+      {"window_290", [](LayerConfig& c) { c.sliding_window = 290; }},
       {"sinks", [](LayerConfig& c) { c.has_sink = true; }},
       {"soft_cap", [](LayerConfig& c) { c.logits_soft_cap = 1.5f; }},
       {"non_causal", [](LayerConfig& c) { c.use_non_causal = true; }},
