@@ -96,7 +96,14 @@ Workload::~Workload() = default;
 double Workload::run_once() {
   const attn::BatchMetadata& md = md_[take_instance()];
   const auto t0 = Clock::now();
-  layer_->impl().forward(q_.view(), *cache_, md, out_.view());
+  // plan + run on a workspace kept across calls, as an engine's step runs a layer: forward()'s
+  // per-call scratch (mapped and zeroed each time: the packed K/V of a prefill, MBs) is the
+  // one-call convenience path's cost, which `attn bench`'s step figures show on their own.
+  const auto plan = layer_->plan(md, cache_->spec());
+  ws_.reserve(plan->workspace_bytes());
+  attn::ForwardArgs args;
+  args.q = q_.view(), args.out = out_.view(), args.cache = cache_.get(), args.workspace = &ws_;
+  layer_->run(*plan, args);
   return since(t0);
 }
 

@@ -139,7 +139,7 @@ class Workload {
   /// `pool_bytes` = 0: one instance (the reference, timed for a ratio only).
   Workload(const Shape& shape, const std::string& backend, int threads, std::size_t pool_bytes);
   ~Workload();
-  /// Seconds for one forward call (the next instance).
+  /// Seconds for one call, plan + run on a workspace kept across calls (the next instance).
   double run_once();
   /// Median seconds over `reps` calls after one warm-up.
   double median_seconds(int reps);
@@ -161,6 +161,7 @@ class Workload {
   std::unique_ptr<attn::KVCache> cache_;
   std::vector<attn::BatchMetadata> md_;
   attn::Buffer q_, out_;
+  attn::Workspace ws_;
   std::size_t next_ = 0;
   double kv_bytes_ = 0, flops_ = 0;
 };

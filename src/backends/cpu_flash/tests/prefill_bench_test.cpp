@@ -57,6 +57,7 @@ struct Variant {
   const char* route;  // ATTN_CPU_PREFILL while the impl is created
   unsigned stages;
   std::unique_ptr<AttentionImpl> impl;
+  Workspace ws;
   std::vector<double> ms, cpu_ms;
 };
 
@@ -94,7 +95,7 @@ TEST(CpuFlashPrefillBench, Throughput) {
     std::vector<Variant> vs;
     auto add = [&](std::string name, const char* isa, const char* route, unsigned stages) {
       if (name.find(variant_filter) == std::string::npos) return;
-      Variant v{std::move(name), isa, route, stages, nullptr, {}, {}};
+      Variant v{std::move(name), isa, route, stages, nullptr, {}, {}, {}};
       ForceIsa force{std::string(isa)};
       setenv("ATTN_CPU_PREFILL", route, 1);
       v.impl = Registry::instance().create("cpu_flash", c.params);
@@ -132,7 +133,13 @@ TEST(CpuFlashPrefillBench, Throughput) {
           prefill::set_stage_mask_for_measurement(v.stages);
           const double c0 = cpu_now_ms();
           const auto t0 = std::chrono::steady_clock::now();
-          v.impl->forward(c.q.view(), *c.cache, c.md, c.out.view());
+          {  // plan + run on a kept workspace, as an engine's step (no per-call scratch mapping)
+            const auto plan = v.impl->plan(c.md, c.cache->spec());
+            v.ws.reserve(plan->workspace_bytes());
+            ForwardArgs args;
+            args.q = c.q.view(), args.out = c.out.view(), args.cache = c.cache.get(), args.workspace = &v.ws;
+            v.impl->run(*plan, args);
+          }
           const auto t1 = std::chrono::steady_clock::now();
           const double c1 = cpu_now_ms();
           prefill::set_stage_mask_for_measurement(0);
