@@ -42,19 +42,29 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 unsigned g_stage_mask = 0;
 
-/// 2^x. vreduceps gives f = x − floor(x) ∈ [0, 1), a degree-5 polynomial 2^f (relative error
-/// 9.5e-8, fitted on [0, 1) with the constant pinned to 1 so that 2^0 = 1 exactly: an unchanged
+/// 2^x. vreduceps gives f = x − floor(x) ∈ [0, 1), a polynomial 2^f (coefficients highest
+/// first, fitted on [0, 1) with the constant pinned to 1 so that 2^0 = 1 exactly: an unchanged
 /// row max rescales nothing), and vscalefps multiplies by 2^floor(x) of its own second operand:
-/// 7 ops, no range clamps (overflow → inf, underflow → 0).
-inline __m512 exp2v(__m512 x) {
+/// no range clamps (overflow → inf, underflow → 0).
+template <std::size_t N>
+inline __m512 exp2_poly(__m512 x, const std::array<float, N>& c) {
   const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(0.0018671303987503052f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009017028845846653f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05579991266131401f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24016444385051727f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931512951850891f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, x);
+  __m512 p = _mm512_set1_ps(c[0]);
+  for (std::size_t i = 1; i < N; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[i]));
+  return _mm512_scalef_ps(_mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f)), x);
+}
+/// Degree 5, relative error 9.5e-8: 7 ops.
+inline __m512 exp2v(__m512 x) {
+  static constexpr std::array<float, 5> c = {0.0018671303987503052f, 0.009017028845846653f, 0.05579991266131401f,
+                                             0.24016444385051727f, 0.6931512951850891f};
+  return exp2_poly(x, c);
+}
+/// For weights rounded to bf16 right after (P on bf16 tiles): degree 3, relative error 8.6e-5
+/// (bf16 keeps 2^-9 = 2.0e-3), two FMAs fewer per vector on the hot softmax. The running
+/// maxima's rescale (alpha) and the sinks keep exp2v.
+inline __m512 exp2v_bf16(__m512 x) {
+  static constexpr std::array<float, 3> c = {0.07706617563962936f, 0.22764593362808228f, 0.6951165795326233f};
+  return exp2_poly(x, c);
 }
 
 /// Copies n bf16 values inline: a q row is a few cache lines, too short for a memmove call.
@@ -62,6 +72,30 @@ inline void copy_bf16_row(const uint16_t* src, uint16_t* dst, int n) {
   for (int x = 0; x < n; x += 32) {
     const __mmask32 k = n - x >= 32 ? ~__mmask32(0) : __mmask32((1u << (n - x)) - 1);
     _mm512_mask_storeu_epi16(dst + x, k, _mm512_maskz_loadu_epi16(k, src + x));
+  }
+}
+
+/// Requests the lines of rows [r_begin, r_end) that later work needs: their q rows in the next
+/// two items of this KV head (the plan's order: what the team takes next) and their output rows,
+/// which store_rows writes at the item's end. q and the output are out in DRAM at long prefills
+/// (16 MB each at 2048 tokens of Llama-3.1-8B or gpt-oss), and requested all at once they fill
+/// the miss queue and stall the item anyway: the callers spread them over the item's micro-tiles
+/// (short ranges) or key tiles (tile by tile), where they overlap the products.
+void prefetch_rows(const KernelArgs& a, const WorkItem& it, int rows, int r_begin, int r_end) {
+  const int g = a.group, n_tok = it.q_end - it.q_begin;
+  const int64_t tok0 = a.query_start_loc[it.seq] + it.q_begin, q_len = a.query_start_loc[it.seq + 1] - a.query_start_loc[it.seq];
+  const int64_t qe = int64_t(dtype_size(a.q_dtype)), oe = int64_t(dtype_size(a.out_dtype));
+  const auto* q = static_cast<const char*>(a.q);
+  auto* out = static_cast<char*>(a.out);
+  for (int r = r_begin; r < std::min(r_end, rows); ++r) {
+    const int t = r / g, head = it.kv_head * g + r % g;
+    for (int ahead = 1; ahead <= 2; ++ahead) {
+      if (it.q_begin + t + ahead * n_tok >= q_len) break;
+      const char* row = q + ((tok0 + t + ahead * n_tok) * a.q_tok_stride + head * a.q_head_stride) * qe;
+      for (int64_t x = 0; x < a.head_size * qe; x += 64) __builtin_prefetch(row + x, 0, 3);
+    }
+    char* orow = out + ((tok0 + t) * a.o_tok_stride + head * a.o_head_stride) * oe;
+    for (int64_t x = 0; x < a.head_size_v * oe; x += 64) __builtin_prefetch(orow + x, 1, 3);  // for writing
   }
 }
 
@@ -319,8 +353,11 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   std::fill(sc.m2.begin(), sc.m2.end(), kMasked), std::fill(sc.alpha.begin(), sc.alpha.end(), 1.0f);
   const int nvd = dvp / 16;
   if (amx) cx.s = sc.s.data(), amx_begin();
-  for (int32_t t = kb / kTileKeys; t * kTileKeys < ke; ++t) {
+  const int32_t t_first = kb / kTileKeys, t_end = (ke + kTileKeys - 1) / kTileKeys;
+  const int prefetch_step = (rows + (t_end - t_first) - 1) / std::max(1, t_end - t_first);  // rows per key tile
+  for (int32_t t = t_first; t < t_end; ++t) {
     const int32_t key0 = t * kTileKeys;
+    prefetch_rows(a, it, rows, (t - t_first) * prefetch_step, (t - t_first + 1) * prefetch_step);
     const char* kt = buf + grp.offset + int64_t(t - grp.tile0) * tile_bytes;
     const char* vt = kt + L.k_tile_bytes;
     if (L.token) cx.ks = reinterpret_cast<const float*>(kt + L.k_scales_offset), cx.vs = reinterpret_cast<const float*>(vt + L.v_scales_offset);

@@ -135,7 +135,7 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
     __m512 p[NV];
     __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) p[v] = exp2v(_mm512_sub_ps(acc[r][v], mv));
+    for (int v = 0; v < NV; ++v) p[v] = Bf16 ? exp2v_bf16(_mm512_sub_ps(acc[r][v], mv)) : exp2v(_mm512_sub_ps(acc[r][v], mv));
     if constexpr (Bf16) {
       // P·V multiplies P rounded to bf16, so the row sum adds the rounded values too: the weights
       // then sum to one exactly as used (a common offset in V passes through unchanged).

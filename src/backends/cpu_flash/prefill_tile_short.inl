@@ -146,7 +146,7 @@ void short_softmax(const Ctx& cx, const ShortRange& sr, int r0, int j0, int n, c
     __m512 sum = _mm512_setzero_ps();
     for (int v = 0; v < n; ++v) {
       const __m512 t = _mm512_load_ps(s[r] + 16 * v);
-      const __m512 e = (g_stage_mask & kSkipSoftmax) ? t : exp2v(_mm512_sub_ps(t, sub));
+      const __m512 e = (g_stage_mask & kSkipSoftmax) ? t : exp2v_bf16(_mm512_sub_ps(t, sub));
       if (sr.token) {  // as in qk_softmax: P·V takes P·(V scale), the row sum P itself
         const __m512 w = _mm512_mul_ps(e, _mm512_load_ps(sr.v_scales(j0 + v)));
         _mm256_store_si256(reinterpret_cast<__m256i*>(p[r] + 16 * v), (__m256i)_mm512_cvtneps_pbh(w));
@@ -193,30 +193,6 @@ void short_pv_guarded(const Ctx& cx, const ShortRange& sr, int r0, int kp0, int 
   }
 }
 
-/// Requests the lines of micro-tile r0's rows that later work needs: their q rows in the next two
-/// items of this KV head (the plan's order: what the team takes next) and their output rows,
-/// which store_rows writes at the item's end. q and the output are out in DRAM at long prefills
-/// (16 MB each at gpt-oss 2048), and a short-range item computes for only ~20 us: spread over
-/// the micro-tiles, these misses overlap the products instead of stalling the item's first q
-/// copy and last store (requested all at once, they fill the miss queue and stall anyway).
-void prefetch_micro_tile(const KernelArgs& a, const WorkItem& it, int rows, int r0) {
-  const int g = a.group, n_tok = it.q_end - it.q_begin;
-  const int64_t tok0 = a.query_start_loc[it.seq] + it.q_begin, q_len = a.query_start_loc[it.seq + 1] - a.query_start_loc[it.seq];
-  const int64_t qe = int64_t(dtype_size(a.q_dtype)), oe = int64_t(dtype_size(a.out_dtype));
-  const auto* q = static_cast<const char*>(a.q);
-  auto* out = static_cast<char*>(a.out);
-  for (int r = r0; r < std::min(r0 + R, rows); ++r) {
-    const int t = r / g, head = it.kv_head * g + r % g;
-    for (int ahead = 1; ahead <= 2; ++ahead) {
-      if (it.q_begin + t + ahead * n_tok >= q_len) break;
-      const char* row = q + ((tok0 + t + ahead * n_tok) * a.q_tok_stride + head * a.q_head_stride) * qe;
-      for (int64_t x = 0; x < a.head_size * qe; x += 64) _mm_prefetch(row + x, _MM_HINT_T0);
-    }
-    char* orow = out + ((tok0 + t) * a.o_tok_stride + head * a.o_head_stride) * oe;
-    for (int64_t x = 0; x < a.head_size_v * oe; x += 64) _m_prefetchw(orow + x);
-  }
-}
-
 /// Every micro-tile of an item (rp rows, q, lo and hi set up by run) over its own visible keys in
 /// [kb, ke); fills cx.o, cx.lsum and cx.m2 for store_rows.
 void run_short(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const Ctx& cx, int rows, int rp,
@@ -241,7 +217,7 @@ void run_short(const KernelArgs& a, const PackLayout& L, const WorkItem& it, con
   alignas(64) uint16_t p[R][kShortKeys];
   const int nvd = cx.dvp / 16;
   for (int r0 = 0; r0 < rp; r0 += R) {
-    prefetch_micro_tile(a, it, rows, r0);
+    prefetch_rows(a, it, rows, r0, r0 + R);
     // Rows grow in position: the first row sees the earliest key, the last row the latest.
     const int32_t first = std::max(kb, cx.lo[r0]), last = std::min(ke - 1, cx.hi[r0 + R - 1]);
     if (last < first) {  // nothing visible: the rows' weights are all zero
