@@ -297,7 +297,7 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
   const int64_t tok0 = a.query_start_loc[s] + it.q_begin;
   const int32_t seq_len = a.seq_lens[s];
   const int32_t first_pos = seq_len - (a.query_start_loc[s + 1] - a.query_start_loc[s]) + it.q_begin;
-  // Row r is token t = r / g, head h·g + j with j = r % g (counted, not divided: this loop runs
+  // Row r is token t = r / g, head h·g + j with j = r % g (counted, not divided: these loops run
   // once per row of every item).
   for (int r = 0, t = 0, j = 0; r < rp; ++r, j = j + 1 == g ? 0 : j + 1, t += j == 0) {
     // Padding rows repeat the last real row's range (their zero q gives finite scores, and
@@ -305,7 +305,16 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
     const int32_t pos = first_pos + (r < rows ? t : (rows - 1) / g);
     sc.hi[std::size_t(r)] = a.causal ? std::min(pos, seq_len - 1) : seq_len - 1;
     sc.lo[std::size_t(r)] = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
-    if (r >= rows) continue;
+  }
+  // The item's key range, tightened to what its rows can see, and its path.
+  const int32_t kb = std::max(it.kv_begin, sc.lo[0]), ke = std::min(it.kv_end, sc.hi[std::size_t(rp - 1)] + 1);
+  const bool short_range = !(g_stage_mask & kTileByTile) && short_range_fits(L, kb, ke);
+  // The short-range path reads plain bf16 q where it lies when each micro-tile's rows are one
+  // token's consecutive heads: a copy would cost as much as the item's first products (the rows
+  // are fresh from DRAM, the copy's stores miss L1 behind the K / V the last item streamed).
+  const bool q_in_place = Bf16 && short_range && !a.int4 && d == qd && g % R == 0 && rows == rp &&
+                          a.q_head_stride % 2 == 0 && a.q_tok_stride % 2 == 0 && reinterpret_cast<uintptr_t>(a.q) % 4 == 0;
+  for (int r = 0, t = 0, j = 0; r < rows && !q_in_place; ++r, j = j + 1 == g ? 0 : j + 1, t += j == 0) {
     const int64_t e = (tok0 + t) * a.q_tok_stride + int64_t(h * g + j) * a.q_head_stride;
     // int4 and turboquant's 3 / 4-bit keys live in a rotated space: q rotated like them (see
     // int4_head, turboquant::rotate), then as the tiles take it. turboquant's bf16 tiles hold the
@@ -342,10 +351,11 @@ void run(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const cha
 
   const PackLayout::Group& grp = L.group(s, h, a.num_kv_heads);
   const int64_t tile_bytes = L.k_tile_bytes + L.v_tile_bytes;
-  // The item's key range, tightened to what its rows can see.
-  const int32_t kb = std::max(it.kv_begin, sc.lo[0]), ke = std::min(it.kv_end, sc.hi[std::size_t(rp - 1)] + 1);
-  if (!(g_stage_mask & kTileByTile) && short_range_fits(L, kb, ke)) {
-    run_short(a, L, it, cx, rows, rp, buf + grp.offset, grp.tile0, kb, ke);
+  if (short_range) {
+    const QRows qrows = q_in_place ? QRows{static_cast<const uint16_t*>(a.q) + tok0 * a.q_tok_stride + int64_t(h) * g * a.q_head_stride,
+                                           g, a.q_tok_stride, a.q_head_stride}
+                                   : QRows{sc.qb.data(), 1, int64_t(d), int64_t(d)};
+    run_short(a, L, it, cx, qrows, rows, rp, buf + grp.offset, grp.tile0, kb, ke);
     store_rows(a, cx, rows, tok0, h);
     return;
   }

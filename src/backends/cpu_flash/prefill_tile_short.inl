@@ -18,6 +18,19 @@
 constexpr int kShortKeys = 256;
 constexpr int kShortVectors = kShortKeys / 16;
 
+/// Where the item's bf16 q rows are: row r = (token r / g, head r % g of the group) at
+/// base + token·tok_stride + head·head_stride (elements); the tile scratch as g = 1 rows of d.
+struct QRows {
+  const uint16_t* base;
+  int g;
+  int64_t tok_stride, head_stride;
+  /// Micro-tile r0's first row as q pairs, and the pairs from one of its rows to the next.
+  const uint32_t* pairs(int r0) const {
+    return reinterpret_cast<const uint32_t*>(base + (r0 / g) * tok_stride + (r0 % g) * head_stride);
+  }
+  int pair_stride() const { return int(head_stride / 2); }
+};
+
 /// What one item's short-range micro-tiles share: where global key vector j's K and V live.
 struct ShortRange {
   const char* base;         // packed buffer + the group's offset, at tile tile0
@@ -40,7 +53,8 @@ struct ShortRange {
 /// r0..r0+3 for key vectors j..j+NV−1 into s[row][16·(v + j − j_first)], and each row's running
 /// 16-lane maximum in mx[row]: the epilogue runs on the accumulators while they are in registers.
 template <int NV, bool Cap>
-void short_qk(const Ctx& cx, const ShortRange& sr, int r0, int j, int j_first, float (*s)[kShortKeys], float (*mx)[16]) {
+void short_qk(const Ctx& cx, const ShortRange& sr, const uint32_t* q, int ldq, int r0, int j, int j_first,
+              float (*s)[kShortKeys], float (*mx)[16]) {
   __m512 acc[R][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
@@ -50,8 +64,7 @@ void short_qk(const Ctx& cx, const ShortRange& sr, int r0, int j, int j_first, f
     const __m512i* kp[NV];
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) kp[v] = sr.k_vector(j + v);
-    const uint32_t* q = reinterpret_cast<const uint32_t*>(cx.qb) + int64_t(r0) * (cx.d / 2);
-    const int pairs = cx.d / 2, ldq = cx.d / 2;
+    const int pairs = cx.d / 2;
 #pragma GCC unroll 2
     for (int i = 0; i < pairs; ++i) {
       __m512i kv[NV];
@@ -193,17 +206,18 @@ void short_pv_guarded(const Ctx& cx, const ShortRange& sr, int r0, int kp0, int 
   }
 }
 
-/// Every micro-tile of an item (rp rows, q, lo and hi set up by run) over its own visible keys in
-/// [kb, ke); fills cx.o, cx.lsum and cx.m2 for store_rows.
-void run_short(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const Ctx& cx, int rows, int rp,
-               const char* group_base, int32_t tile0, int32_t kb, int32_t ke) {
+/// Every micro-tile of an item (rp rows of q at qrows, lo and hi set up by run) over its own
+/// visible keys in [kb, ke); fills cx.o, cx.lsum and cx.m2 for store_rows.
+void run_short(const KernelArgs& a, const PackLayout& L, const WorkItem& it, const Ctx& cx, const QRows& qrows, int rows,
+               int rp, const char* group_base, int32_t tile0, int32_t kb, int32_t ke) {
   // The keys [nonfinite_lo, nonfinite_hi) span the range's V tiles that hold inf / NaN (empty: none).
   const int64_t tile_bytes = L.k_tile_bytes + L.v_tile_bytes;
   int32_t nonfinite_lo = INT32_MAX, nonfinite_hi = INT32_MIN;
   for (int32_t t = kb / kTileKeys; t * kTileKeys < ke; ++t)
     if (group_base[int64_t(t - tile0) * tile_bytes + tile_bytes - kVFlagBytes] != 0)
       nonfinite_lo = std::min(nonfinite_lo, t * kTileKeys), nonfinite_hi = t * kTileKeys + kTileKeys;
-  using ShortQkFn = void (*)(const Ctx&, const ShortRange&, int, int, int, float (*)[kShortKeys], float (*)[16]);
+  using ShortQkFn = void (*)(const Ctx&, const ShortRange&, const uint32_t*, int, int, int, int, float (*)[kShortKeys],
+                             float (*)[16]);
   using ShortPvFn = void (*)(const Ctx&, const ShortRange&, int, int, int, int, int, const uint16_t (*)[kShortKeys]);
   static constexpr std::array<std::array<ShortQkFn, 4>, 2> kQk = {{
       {{&short_qk<1, false>, &short_qk<2, false>, &short_qk<3, false>, &short_qk<4, false>}},
@@ -236,7 +250,7 @@ void run_short(const KernelArgs& a, const PackLayout& L, const WorkItem& it, con
     std::fill(&mx[0][0], &mx[0][0] + R * 16, kMasked);
     for (int c = 0, j = j0; c < chunks; ++c) {
       const int nv = n / chunks + (c < n % chunks ? 1 : 0);
-      kQk[cap][std::size_t(nv - 1)](cx, sr, r0, j, j0, s, mx);
+      kQk[cap][std::size_t(nv - 1)](cx, sr, qrows.pairs(r0), qrows.pair_stride(), r0, j, j0, s, mx);
       j += nv;
     }
     short_softmax(cx, sr, r0, j0, n, s, mx, p);
