@@ -52,7 +52,8 @@ class AttentionImpl {
   /// validated metadata).
   virtual RunResult run(const StepPlan& plan, const ForwardArgs& args) const = 0;
 
-  /// One call: plan + run with a scratch of its own (tests, one-off calls).
+  /// One call: plan + run (tests, one-off calls); without args.workspace, on the thread's
+  /// KeptScratch (step.hpp).
   void forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) const;
   RunResult forward(const BatchMetadata& md, const ForwardArgs& args) const;
   /// k: [num_tokens, num_kv_heads, head_size], v: [num_tokens, num_kv_heads, head_size_v];

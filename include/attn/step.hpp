@@ -44,6 +44,23 @@ class Workspace {
   DeviceMemory device_;
 };
 
+/// The calling thread's kept host scratch for one-call runs (forward without a Workspace), leased
+/// for this object's lifetime: a loop of one-off calls then neither maps nor zeroes scratch per
+/// call. get() is null (the run allocates its own, as before) for device memory, for more than
+/// 64 MiB (one huge prefill does not pin its scratch), and while the thread's scratch is leased
+/// already (a one-call run nested in another on the same thread).
+class KeptScratch {
+ public:
+  KeptScratch(DeviceKind device, std::size_t bytes);
+  ~KeptScratch();
+  KeptScratch(const KeptScratch&) = delete;
+  KeptScratch& operator=(const KeptScratch&) = delete;
+  Workspace* get() const { return ws_; }
+
+ private:
+  Workspace* ws_ = nullptr;
+};
+
 /// The form an MLA layer runs in; q and out are shaped for it. StepPlan::preferred_mla_form says
 /// which needs fewer FLOPs for the step (expanded needs the layer's up-projections).
 enum class MlaForm : uint8_t { absorbed, expanded };
@@ -59,7 +76,7 @@ struct ForwardArgs {
   TensorView new_k, new_v;       // optional: this step's K / V, written at slot_mapping before attending
   TensorView topk_indices;       // top-k sparse layers: [num_tokens, topk] int32 (-1 = padding)
   MlaForm mla_form = MlaForm::absorbed;
-  Workspace* workspace = nullptr;  // null: the run allocates its own scratch (convenience path)
+  Workspace* workspace = nullptr;  // null: run() allocates its own scratch; forward() uses KeptScratch
 };
 
 /// What ran, returned rather than stored (so a layer object holds no per-call state).

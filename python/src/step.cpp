@@ -115,7 +115,8 @@ nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVC
   {
     nb::gil_scoped_release release;
     WorkspaceLease lease(workspace);
-    args.workspace = lease.get();
+    const KeptScratch kept(a.device(), workspace ? 0 : plan.workspace_bytes());  // forward(): no Workspace given
+    args.workspace = workspace ? lease.get() : kept.get();
     a.run(plan, args);
   }
   if (args.new_k.data) warn_if_saturated(cache, saturated_before);

@@ -176,7 +176,12 @@ void* AttentionImpl::scratch(const ForwardArgs& args, Workspace& own, std::size_
 }
 
 RunResult AttentionImpl::forward(const BatchMetadata& md, const ForwardArgs& args) const {
-  return run(*plan(md, cache_of(args).spec()), args);
+  const auto p = plan(md, cache_of(args).spec());
+  if (args.workspace) return run(*p, args);
+  const KeptScratch kept(device_, p->workspace_bytes());
+  ForwardArgs with_kept = args;
+  with_kept.workspace = kept.get();
+  return run(*p, with_kept);
 }
 
 void AttentionImpl::forward(const TensorView& q, const KVCache& cache, const BatchMetadata& md, const TensorView& out) const {

@@ -27,6 +27,29 @@ void Workspace::reserve(std::size_t bytes) {
 }
 
 namespace {
+constexpr std::size_t kKeptScratchBytes = std::size_t(64) << 20;
+struct Kept {
+  Workspace ws;
+  bool leased = false;
+};
+Kept& kept() {
+  thread_local Kept k;
+  return k;
+}
+}  // namespace
+
+KeptScratch::KeptScratch(DeviceKind device, std::size_t bytes) {
+  Kept& k = kept();
+  if (device != DeviceKind::cpu || bytes > kKeptScratchBytes || k.leased) return;
+  k.leased = true;
+  ws_ = &k.ws;
+}
+
+KeptScratch::~KeptScratch() {
+  if (ws_) kept().leased = false;
+}
+
+namespace {
 constexpr detail::NameArray<MlaForm, 2> kMlaFormNames = {{{MlaForm::absorbed, "absorbed"}, {MlaForm::expanded, "expanded"}}};
 static_assert(detail::covers_enum(kMlaFormNames, kLastMlaForm));
 }  // namespace

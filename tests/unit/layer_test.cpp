@@ -137,5 +137,37 @@ TEST(StepPlans, LayersOfOneGroupShareAPlanAndOthersGetTheirOwn) {
   EXPECT_TRUE(cmp.ok) << cmp.message << " " << spec.describe();
 }
 
+TEST(KeptScratch, OneCallRunsReuseTheThreadsScratchUnlessNestedDeviceOrHuge) {
+  void* first = nullptr;
+  {
+    const KeptScratch outer(DeviceKind::cpu, 4096);
+    ASSERT_NE(outer.get(), nullptr);
+    outer.get()->reserve(4096);
+    first = outer.get()->data();
+    const KeptScratch nested(DeviceKind::cpu, 4096);
+    EXPECT_EQ(nested.get(), nullptr) << "a nested one-call run shares the outer run's scratch";
+  }
+  {
+    const KeptScratch again(DeviceKind::cpu, 1024);
+    ASSERT_NE(again.get(), nullptr);
+    EXPECT_EQ(again.get()->data(), first) << "the released scratch is not reused";
+  }
+  EXPECT_EQ(KeptScratch(DeviceKind::cuda, 4096).get(), nullptr) << "host scratch handed to a device run";
+  EXPECT_EQ(KeptScratch(DeviceKind::cpu, std::size_t(65) << 20).get(), nullptr) << "a huge scratch kept";
+
+  // forward() without a Workspace runs on it and computes the step as the reference does.
+  CaseSpec spec;
+  spec.config = llama_params().config;
+  spec.seqs = {{300, 1}, {0, 40}};
+  spec.seed = fresh_seed();
+  Case c = make_case(spec, "cpu_flash");
+  for (int rep = 0; rep < 2; ++rep) {
+    for (int64_t i = 0; i < c.out.view().numel(); ++i) store_from_float(c.out.data(), c.out.dtype(), i, NAN);  // poison
+    c.impl->forward(c.q.view(), *c.cache, c.md, c.out.view());
+    const CompareResult cmp = compare_output(c, reference_attention(c));
+    EXPECT_TRUE(cmp.ok) << "call " << rep << ": " << cmp.message << " " << spec.describe();
+  }
+}
+
 }  // namespace
 }  // namespace attn::test
