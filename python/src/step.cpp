@@ -115,9 +115,14 @@ nb::object run_layer(const Attention& a, const StepPlan& plan, nb::handle q, KVC
   {
     nb::gil_scoped_release release;
     WorkspaceLease lease(workspace);
-    const KeptScratch kept(a.device(), workspace ? 0 : plan.workspace_bytes());  // forward(): no Workspace given
-    args.workspace = workspace ? lease.get() : kept.get();
-    a.run(plan, args);
+    args.workspace = lease.get();
+    if (args.workspace) {
+      a.run(plan, args);
+    } else {  // forward(), or run() without a Workspace: the thread's kept scratch
+      const KeptScratch kept(a.device(), plan.workspace_bytes());
+      args.workspace = kept.get();
+      a.run(plan, args);
+    }
   }
   if (args.new_k.data) warn_if_saturated(cache, saturated_before);
   return result;

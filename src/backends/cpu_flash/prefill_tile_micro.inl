@@ -24,6 +24,27 @@ struct Ctx {
   float cap_in, cap_out;  // soft-cap: exp2 argument factor and cap·log2(e)
 };
 
+/// Scores (already times their keys' slot scales, if any) as logits·log2(e): times the scale, or
+/// soft-capped: cap·tanh(s·scale/cap) = cap·(1 − 2/(e^{2s·scale/cap} + 1)), times log2(e).
+template <bool Cap>
+inline __m512 logits(const Ctx& cx, __m512 t) {
+  if constexpr (Cap) {
+    const __m512 e = exp2v(_mm512_mul_ps(t, _mm512_set1_ps(cx.cap_in)));
+    const __m512 co = _mm512_set1_ps(cx.cap_out);
+    return _mm512_sub_ps(co, _mm512_div_ps(_mm512_add_ps(co, co), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+  } else {
+    return _mm512_mul_ps(t, _mm512_set1_ps(cx.c));
+  }
+}
+
+/// The 16 logits of keys first..first+15 with those outside [lo, hi] set to kMasked.
+inline __m512 mask_outside(__m512 t, int32_t first, int32_t lo, int32_t hi) {
+  const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(first), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+  const __mmask16 ok = _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(lo), _MM_CMPINT_NLT) &
+                       _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(hi), _MM_CMPINT_LE);
+  return _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), ok, t);
+}
+
 /// S for rows r0..r0+3 and key vectors j0..j0+NV−1 of the tile, then the softmax step.
 template <bool Bf16, int NV, bool Mask, bool Cap, bool FromS = false>
 void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) {
@@ -67,7 +88,6 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
     }
   }
 
-  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   __m512 mx[R];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -76,19 +96,8 @@ void qk_softmax(const Ctx& cx, int r0, const char* ktile, int j0, int32_t key0) 
     for (int v = 0; v < NV; ++v) {
       __m512& t = acc[r][v];  // scores become logits·log2(e) in place
       if (cx.ks) t = _mm512_mul_ps(t, _mm512_load_ps(cx.ks + (j0 + v) * 16));  // the keys' slot scales
-      if constexpr (Cap) {  // cap·tanh(s·scale/cap) = cap·(1 − 2/(e^{2s·scale/cap} + 1)), times log2(e)
-        const __m512 e = exp2v(_mm512_mul_ps(t, _mm512_set1_ps(cx.cap_in)));
-        const __m512 co = _mm512_set1_ps(cx.cap_out);
-        t = _mm512_sub_ps(co, _mm512_div_ps(_mm512_add_ps(co, co), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
-      } else {
-        t = _mm512_mul_ps(t, _mm512_set1_ps(cx.c));
-      }
-      if constexpr (Mask) {
-        const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(key0 + (j0 + v) * 16), iota);
-        const __mmask16 ok = _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(cx.lo[row]), _MM_CMPINT_NLT) &
-                             _mm512_cmp_epi32_mask(key, _mm512_set1_epi32(cx.hi[row]), _MM_CMPINT_LE);
-        t = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), ok, t);
-      }
+      t = logits<Cap>(cx, t);
+      if constexpr (Mask) t = mask_outside(t, key0 + (j0 + v) * 16, cx.lo[row], cx.hi[row]);
     }
     mx[r] = acc[r][0];
 #pragma GCC unroll 16

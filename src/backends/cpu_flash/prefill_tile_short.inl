@@ -78,7 +78,6 @@ void short_qk(const Ctx& cx, const ShortRange& sr, const uint32_t* q, int ldq, i
       }
     }
   }
-  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const int32_t lo = cx.lo[r0 + r], hi = cx.hi[r0 + r];
@@ -87,20 +86,9 @@ void short_qk(const Ctx& cx, const ShortRange& sr, const uint32_t* q, int ldq, i
     for (int v = 0; v < NV; ++v) {
       __m512 t = acc[r][v];
       if (sr.token) t = _mm512_mul_ps(t, _mm512_load_ps(sr.k_scales(j + v)));  // the keys' slot scales
-      if constexpr (Cap) {  // as in qk_softmax
-        const __m512 e = exp2v(_mm512_mul_ps(t, _mm512_set1_ps(cx.cap_in)));
-        const __m512 co = _mm512_set1_ps(cx.cap_out);
-        t = _mm512_sub_ps(co, _mm512_div_ps(_mm512_add_ps(co, co), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
-      } else {
-        t = _mm512_mul_ps(t, _mm512_set1_ps(cx.c));
-      }
+      t = logits<Cap>(cx, t);
       const int32_t key = 16 * (j + v);
-      if (key < lo || key + 15 > hi) {
-        const __m512i k = _mm512_add_epi32(_mm512_set1_epi32(key), iota);
-        const __mmask16 ok = _mm512_cmp_epi32_mask(k, _mm512_set1_epi32(lo), _MM_CMPINT_NLT) &
-                             _mm512_cmp_epi32_mask(k, _mm512_set1_epi32(hi), _MM_CMPINT_LE);
-        t = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), ok, t);
-      }
+      if (key < lo || key + 15 > hi) t = mask_outside(t, key, lo, hi);
       _mm512_store_ps(s[r] + 16 * (j + v - j_first), t);
       m = _mm512_max_ps(m, t);
     }
