@@ -130,6 +130,9 @@ def test_sdpa_drop_in_errors_name_the_argument():
         attn.attention(q, q, q, causal=True)  # SDPA spells it is_causal
     with pytest.raises(ValueError, match="attn_mask invalid here"):
         attn.attention(q.numpy(), q.numpy(), q.numpy(), attn_mask=np.ones((4, 4), bool))
+    meta = torch.zeros(1, 8, 4, 32, device="meta")  # a tensor off the CPU (no GPU needed to make one)
+    with pytest.raises(ValueError, match="key.device=meta invalid: expected cpu"):
+        attn.attention(q, meta, q)
 
 
 def test_sdpa_drop_in_never_detaches_gradients():

@@ -49,12 +49,13 @@ def _prompts() -> list[list[int]]:
     return [[rng.randrange(1, 512) for _ in range(n)] for n in PROMPT_LENS]
 
 
-def _generate(model: Path, dtype: str, use_attn: bool, tmp: Path) -> tuple[dict, str]:
+def _generate(model: Path, dtype: str, use_attn: bool, tmp: Path, layout: str = "pairs") -> tuple[dict, str]:
     prompts, out = tmp / "prompts.json", tmp / f"out-{use_attn}.json"
     prompts.write_text(json.dumps(_prompts()))
-    # fp32 caches are read in vLLM's canonical content, bf16 ones as attn's pairs blocks (the default).
+    # fp32 caches are read in vLLM's canonical content, bf16 ones as attn's pairs blocks (the default)
+    # unless `layout` asks for the canonical content.
     env = dict(os.environ, ATTN_VLLM="1" if use_attn else "0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="INFO",
-               ATTN_VLLM_KV_LAYOUT="pairs")
+               ATTN_VLLM_KV_LAYOUT=layout)
     r = subprocess.run([sys.executable, str(HERE / "generate.py"), str(model), dtype, str(prompts), str(out)], env=env,
                        capture_output=True, text=True, timeout=900)
     log = r.stdout + r.stderr
@@ -74,10 +75,12 @@ def test_generate_fp32_equals_cpu_attn(models, family, tmp_path):
         assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-3, (a, b)
 
 
-def test_generate_bf16_within_tolerance(models, tmp_path):
-    ours, log = _generate(models["llama"], "bfloat16", True, tmp_path)
+@pytest.mark.parametrize("family,layout", [("llama", "pairs"), ("gemma2", "pairs"), ("llama", "canonical")])
+def test_generate_bf16_within_tolerance(models, family, layout, tmp_path):
+    ours, log = _generate(models[family], "bfloat16", True, tmp_path, layout)
     assert "attn serves" in log, log[-4000:]
-    theirs, _ = _generate(models["llama"], "bfloat16", False, tmp_path)
+    assert "leaves" not in log, log[-4000:]
+    theirs, _ = _generate(models[family], "bfloat16", False, tmp_path)
     for ta, tb, la, lb in zip(ours["tokens"], theirs["tokens"], ours["logprobs"], theirs["logprobs"]):
         agree = 0
         while agree < len(ta) and ta[agree] == tb[agree]:

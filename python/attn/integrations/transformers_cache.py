@@ -72,6 +72,7 @@ class _AttnLayer:
         self.make = make
         self.layer = make(num_threads)
         self.cache: attn.KVCache | None = None
+        self.decode_out: torch.Tensor | None = None  # reused by every decode step (o_proj consumes it at once)
 
 
 class _Step:
@@ -194,7 +195,12 @@ class AttnCache(Cache):
         b, h, sq, d = query.shape
         tokens = lambda x: x.transpose(1, 2).reshape(b * sq, x.shape[1], x.shape[3])  # noqa: E731 (a view when it can be)
         if step.valid is None:
-            out = served.layer.run(plan, tokens(query), served.cache, k=tokens(key), v=tokens(value),
+            out = None
+            if sq == 1:  # decode: one output buffer per layer, no allocation per call
+                out = served.decode_out
+                if out is None or out.shape != (b, h, value.shape[3]) or out.dtype != query.dtype:
+                    out = served.decode_out = query.new_empty((b, h, value.shape[3]))
+            out = served.layer.run(plan, tokens(query), served.cache, out, k=tokens(key), v=tokens(value),
                                    workspace=self._workspace)
             return out.view(b, sq, h, out.shape[-1])
         valid = step.valid
