@@ -1,8 +1,8 @@
 // The decode kernel (items of ≤16 rows) against the fp64 reference under every ISA variant:
 // head sizes it takes (multiples of 32, and 64 for the e4m3 table path), GQA groups up to 16
 // rows, multi-token decode (rows with different causal limits inside one chunk), windows that
-// start inside a chunk, block sizes that cut chunks short, contexts beyond one split, and the
-// per-token-head byte caches.
+// start inside a chunk, block sizes that cut chunks short, contexts beyond one split, the
+// per-token-head byte caches and the packed formats (nvfp4, turboquant, int4).
 #include <gtest/gtest.h>
 
 #include "backends/cpu_flash/tests/cpu_flash_test_util.hpp"
@@ -69,6 +69,29 @@ TEST(CpuFlashDecode, PerTokenHeadCaches) {
         spec.value_range = 2.0f;
         expect_all_variants(spec);
       }
+}
+
+// The packed formats' decode under every build: nvfp4 rows unpacked to bf16, turboquant slots to
+// fp32 keys and bf16 value codes (e4m3 keys read in place), int4 on the pair kernel, each with
+// bf16 q (the dot-product kernels) and fp32 / fp16 q (the general ones, on the 4-row tile); every head size among
+// 64, 80 (an odd count of nvfp4 blocks) and 128 the format takes, groups from one row to past a
+// 4-row tile, nvfp4's per-head global scales, a window and a block that cuts chunks short.
+TEST(CpuFlashDecode, PackedCachesEveryBuild) {
+  for (KVCacheDType kv : packed_kv_cache_dtypes())
+    for (int d : {64, 80, 128}) {
+      if (!kv_width_unmet(kv, d).empty()) continue;
+      for (DType io : {DType::bfloat16, DType::float32, DType::float16})
+        for (int group : {1, 4, 6}) {
+          if ((io != DType::bfloat16 && group != 4) || (quick() && (io == DType::float16 || group == 1))) continue;
+          SCOPED_TRACE("d=" + std::to_string(d) + " group=" + std::to_string(group) + " io=" + std::string(to_string(io)) +
+                       " kv=" + std::string(to_string(kv)));
+          CaseSpec spec = decode_case(2 * group, 2, d, io, kv);
+          if (group == 6) spec.block_size = 48, spec.config.sliding_window = 70;
+          if (is_nvfp4(kv) && group == 4) spec.per_head_scales = spec.config.use_per_head_quant_scales = true;
+          spec.value_range = 2.0f;
+          expect_all_variants(spec);
+        }
+    }
 }
 
 TEST(CpuFlashDecode, FeaturesWindowsAndShortBlocks) {
