@@ -73,9 +73,10 @@ TEST(CpuFlashDecode, PerTokenHeadCaches) {
 
 // The packed formats' decode under every build: nvfp4 rows unpacked to bf16, turboquant slots to
 // fp32 keys and bf16 value codes (e4m3 keys read in place), int4 on the pair kernel, each with
-// bf16 q (the dot-product kernels) and fp32 / fp16 q (the general ones, on the 4-row tile); every head size among
-// 64, 80 (an odd count of nvfp4 blocks) and 128 the format takes, groups from one row to past a
-// 4-row tile, nvfp4's per-head global scales, a window and a block that cuts chunks short.
+// bf16 q (the dot-product kernels) and fp32 / fp16 q (the general ones, on the 4-row tile);
+// every head size among 64, 80 (an odd count of nvfp4 blocks) and 128 the format takes, groups
+// from one row to past a 4-row tile, nvfp4's per-head global scales, a window and a block that
+// cuts chunks short.
 TEST(CpuFlashDecode, PackedCachesEveryBuild) {
   for (KVCacheDType kv : packed_kv_cache_dtypes())
     for (int d : {64, 80, 128}) {
