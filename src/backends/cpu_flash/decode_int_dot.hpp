@@ -17,6 +17,14 @@ namespace attn::cpu_flash::ATTN_CF_NS {
 
 constexpr float kInt16Max = 32767.0f;
 
+/// acc + the pairwise int16 products of a and b (vpdpwssd). GCC 12 compiles the intrinsic over a
+/// 16-accumulator tile into a copy of each accumulator per use plus spills; written out, each
+/// accumulator keeps its register.
+inline __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
 /// The largest |x| of d values (a multiple of 16), and whether any is NaN or infinite.
 inline float abs_max(const float* x, int d, bool& finite) {
   __m512 mx = _mm512_setzero_ps();
@@ -88,7 +96,7 @@ inline void qk_pairs_int(Scratch& sc, int r0, const char* k, int64_t kpair, int 
     for (int l = 0; l < NL; ++l) kv[l] = pair_codes<T>(k + int64_t(dp) * kpair + kPairLineBytes<T> * l);
     for (int i = 0; i < RB; ++i) {
       const __m512i q = (__m512i)bcast_pair(&sc.qb[r0 + i][2 * dp]);
-      for (int l = 0; l < NL; ++l) acc[i][l] = _mm512_dpwssd_epi32(acc[i][l], q, kv[l]);
+      for (int l = 0; l < NL; ++l) acc[i][l] = dpwssd(acc[i][l], q, kv[l]);
     }
   }
   for (int i = 0; i < RB; ++i) {
@@ -126,7 +134,7 @@ inline void pv_pairs_int_tile(Scratch& sc, int r0, const char* v, int64_t vpair,
     for (int j = 0; j < NC; ++j) vv[j] = pair_codes<T>(row + kPairLineBytes<T> * j);
     for (int i = 0; i < RB; ++i) {
       const __m512i w = (__m512i)bcast_pair(&sc.pb[r0 + i][2 * p]);
-      for (int j = 0; j < NC; ++j) acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], w, vv[j]);
+      for (int j = 0; j < NC; ++j) acc[i][j] = dpwssd(acc[i][j], w, vv[j]);
     }
   }
   for (int i = 0; i < RB; ++i) {
