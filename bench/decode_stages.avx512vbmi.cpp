@@ -278,11 +278,25 @@ double time_stage(attn_bench::Workload& w, Stage s, bool fp8, bool pairs, int th
   return threads == 1 ? cpu : sec;
 }
 
+/// --kernel: the full call on every quantized cache format besides bf16 and fp8 (on the layout
+/// the backend gives it), so each format's compute side can be read off a --cache run.
+const std::vector<attn::KVCacheDType> kKernelDtypes = {
+    attn::KVCacheDType::auto_, attn::KVCacheDType::fp8_e4m3, attn::KVCacheDType::int8_per_token_head,
+    attn::KVCacheDType::fp8_per_token_head, attn::KVCacheDType::int4_per_token_head, attn::KVCacheDType::nvfp4,
+    attn::KVCacheDType::turboquant_k8v4, attn::KVCacheDType::turboquant_4bit_nc, attn::KVCacheDType::turboquant_3bit_nc};
+
+std::string kv_label(attn::KVCacheDType kv) {
+  if (kv == attn::KVCacheDType::auto_) return "bf16";
+  if (kv == attn::KVCacheDType::fp8_e4m3) return "fp8";
+  return std::string(attn::to_string(kv));
+}
+
 void run_shape(const attn_bench::Shape& s, const Options& o, std::size_t pool, const double* dram, int max_threads) {
   const bool fp8 = s.kv == attn::KVCacheDType::fp8_e4m3, pairs = s.layout == attn::KVLayout::HND_PAIRS;
+  const bool staged = s.kv == attn::KVCacheDType::auto_ || fp8;  // the stage loops read bf16 and e4m3 caches
   attn_bench::Workload w(s, "cpu_flash", 0, pool);
   std::vector<Stage> stages;
-  if (!o.kernel_only) {
+  if (!o.kernel_only && staged) {
     stages = {Stage::read_hw, Stage::read};
     if (fp8) stages.push_back(Stage::convert);
     stages.push_back(Stage::qk);
@@ -297,8 +311,8 @@ void run_shape(const attn_bench::Shape& s, const Options& o, std::size_t pool, c
     for (std::size_t i = 0; i < stages.size(); ++i) {
       std::sort(t[i].begin(), t[i].end());
       const double sec = t[i][t[i].size() / 2], gbs = w.kv_bytes() / sec / 1e9;
-      std::printf("%-28s %-6s %-9s %2d  %-8s %9.3f ms %7.1f GB/s %6.2f of read\n", s.name.c_str(), fp8 ? "fp8" : "bf16",
-                  std::string(attn::to_string(*s.layout)).c_str(), threads,
+      std::printf("%-28s %-19s %-9s %2d  %-8s %9.3f ms %7.1f GB/s %6.2f of read\n", s.name.c_str(), kv_label(s.kv).c_str(),
+                  s.layout ? std::string(attn::to_string(*s.layout)).c_str() : "own", threads,
                   kStageNames[int(stages[i])], sec * 1e3, gbs, gbs / dram[threads == 1 ? 0 : 1]);
     }
     if (max_threads == 1) break;
@@ -363,13 +377,17 @@ int main(int argc, char** argv) try {
   std::vector<attn_bench::Shape> shapes;
   for (int b : {1, 8})
     for (int ctx : {4096, 16384})
-      for (attn::KVCacheDType kv : {attn::KVCacheDType::auto_, attn::KVCacheDType::fp8_e4m3}) {
+      for (attn::KVCacheDType kv : o.kernel_only ? kKernelDtypes : std::vector<attn::KVCacheDType>{attn::KVCacheDType::auto_, attn::KVCacheDType::fp8_e4m3}) {
         if (!o.all && !((b == 1 && ctx == 4096) || (b == 8 && ctx == 16384))) continue;
         if (o.cache && !(b == 1 && ctx == 4096)) continue;
         attn_bench::Shape s;
         s.batch = b, s.context = o.cache ? o.cache_context : ctx, s.kv = kv, s.block_size = o.block_size;
         s.name = "llama8b_decode_b" + std::to_string(b) + "_ctx" + std::to_string(s.context);
-        if (!o.filter.empty() && (s.name + (kv == attn::KVCacheDType::auto_ ? "_bf16" : "_fp8")).find(o.filter) == std::string::npos) continue;
+        if (!o.filter.empty() && (s.name + "_" + kv_label(kv)).find(o.filter) == std::string::npos) continue;
+        if (kv != attn::KVCacheDType::auto_ && kv != attn::KVCacheDType::fp8_e4m3) {  // the backend's own layout only
+          shapes.push_back(s);
+          continue;
+        }
         for (attn::KVLayout l : {attn::KVLayout::HND, attn::KVLayout::HND_PAIRS}) {  // side by side
           s.layout = l;
           shapes.push_back(s);
