@@ -9,7 +9,9 @@
 //   convert  read + e4m3 → bf16 of K and V in registers, as the kernel widens (fp8 caches only)
 //   qk       read (+ convert) + the kernel's Q·Kᵀ tiles (vdpbf16ps, 4 rows of the GQA group);
 //            V read (+ converted); no softmax, no P·V
-//   kernel   the full forward call (cpu_flash, the variant the dispatcher picks)
+//   kernel   the full forward call (cpu_flash, the variant the dispatcher picks); with --kernel
+//            alone, also on every quantized cache format (kKernelDtypes, each on the layout the
+//            backend gives it): with --cache, each format's compute side per key
 // On HND_PAIRS the read and qk stages walk the pair kernel's chunks (run_stage_pairs).
 // Each stage on 1 thread and on all threads, as GB/s of KV bytes and as a fraction of the
 // streaming-read ceiling on the same threads. The stage loops are the kernel's own pieces
