@@ -83,13 +83,13 @@ inline void chunk_scales(const KernelArgs& a, const int32_t* bt, int32_t c, int 
   } else if constexpr (U == Unpack::turboquant) {
     for (int j = 0; j < n; ++j) kts[j] = kf[j] * sscale;
     for (int j = n; j < kChunk; ++j) kts[j] = 0.0f;  // lanes past the chunk: masked
-  } else if constexpr (Token) {  // 16 keys' scales per gather, as int4's above (a scalar loop cost ~2x)
+  } else if constexpr (Token) {  // 16 keys' scales per gather, as int4's above
     const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h);
     const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(a.kv.num_kv_heads));
     for (int j = 0; j < kPairChunk; j += 16) {
       const __mmask16 in = j >= n ? 0 : n - j >= 16 ? 0xFFFF : __mmask16((1u << (n - j)) - 1u);  // lanes past the chunk: 0, masked
-      const int64_t at = t0 + int64_t(std::min(j, n)) * a.kv.num_kv_heads;
+      const int64_t at = t0 + int64_t(j < n ? j : 0) * a.kv.num_kv_heads;  // a lane-less group reads nothing
       _mm512_store_ps(kts + j, _mm512_mul_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, step, a.kv.k_token_scales + at, 4),
                                              _mm512_set1_ps(sscale)));
       _mm512_store_ps(vts + j, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, step, a.kv.v_token_scales + at, 4));
