@@ -65,6 +65,8 @@ void sample_adjacent(bool decode, bool amx, BenchCeilings& c, attn_bench::ReadSt
   adjacent.insert(adjacent.end(), runs.begin(), runs.end());
 }
 
+double median(std::vector<double> v) { return attn_bench::quantile(std::move(v), 0.5); }
+
 BenchRow measure_shape(const Shape& s, BenchCeilings& c, attn_bench::ReadStream& dram, bool quick) {
   const int reps = quick ? 3 : 9;
   BenchRow r;
@@ -76,7 +78,21 @@ BenchRow measure_shape(const Shape& s, BenchCeilings& c, attn_bench::ReadStream&
     std::vector<double> adjacent;
     const bool amx = w.variant() == "amx";
     sample_adjacent(is_decode(s), amx, c, dram, adjacent);
-    flash_s = w.median_seconds(reps);
+    if (s.kv == attn::KVCacheDType::auto_) {
+      flash_s = w.median_seconds(reps);
+    } else {  // calls alternate with the bf16 cache's on the same shape: the ratio of each pair
+      Shape sb = s;
+      sb.kv = attn::KVCacheDType::auto_;
+      attn_bench::Workload wb(sb, "cpu_flash", c.threads, c.pool.bytes);
+      w.run_once(), wb.run_once();  // warm-up
+      std::vector<double> t, ratio;
+      for (int i = 0; i < reps; ++i) {
+        t.push_back(w.run_once());
+        ratio.push_back(t.back() / wb.run_once());
+      }
+      flash_s = median(t);
+      r.vs_bf16 = median(ratio);
+    }
     sample_adjacent(is_decode(s), amx, c, dram, adjacent);
     r.adjacent_ceiling = attn_bench::quantile(adjacent, 0.5);
     r.variant = w.variant();
@@ -96,7 +112,6 @@ BenchRow measure_shape(const Shape& s, BenchCeilings& c, attn_bench::ReadStream&
   return r;
 }
 
-double median(std::vector<double> v) { return attn_bench::quantile(std::move(v), 0.5); }
 
 /// One result from several rounds: the ceilings over every sample of every round; each row's
 /// numbers the median of its rounds (fractions were taken within each round, against the
@@ -128,6 +143,7 @@ BenchResults merge_rounds(const std::vector<BenchResults>& rounds) {
     row.fraction = field([](const BenchRow& x) { return x.fraction; });
     row.adjacent_ceiling = field([](const BenchRow& x) { return x.adjacent_ceiling; });
     if (row.vs_reference) row.vs_reference = field([](const BenchRow& x) { return x.vs_reference.value_or(0); });
+    if (row.vs_bf16) row.vs_bf16 = field([](const BenchRow& x) { return x.vs_bf16.value_or(0); });
   }
   // Against a quiet moment of the same machine: the 90th percentile of the whole run's samples.
   for (BenchRow& row : out.rows) {

@@ -10,7 +10,9 @@ namespace {
 constexpr double kMiB = 1 << 20;
 
 /// A quantized cache's time ÷ the bf16 cache's on the same shape (below 1: faster), keyed
-/// "<shape>.<dtype>_vs_bf16" with dtype the shape-name suffix (fp8, int8_per_token_head, ...).
+/// "<shape>.<dtype>_vs_bf16" with dtype the shape-name suffix (fp8, int8_per_token_head, ...):
+/// the ratio of calls alternating with the bf16 cache's (BenchRow::vs_bf16, so no bf16 row is
+/// needed), else of the two rows' times.
 std::vector<std::pair<std::string, double>> quantized_vs_bf16(const std::vector<BenchRow>& rows) {
   using attn::KVCacheDType;
   std::vector<std::pair<std::string, double>> out;
@@ -18,9 +20,13 @@ std::vector<std::pair<std::string, double>> quantized_vs_bf16(const std::vector<
     const std::string suffix = kv_suffix(kv);
     for (const BenchRow& f : rows) {
       if (f.name.size() <= suffix.size() || f.name.compare(f.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-      const std::string base = f.name.substr(0, f.name.size() - suffix.size());
+      const std::string base = f.name.substr(0, f.name.size() - suffix.size()), key = base + "." + suffix.substr(1) + "_vs_bf16";
+      if (f.vs_bf16) {
+        out.emplace_back(key, *f.vs_bf16);
+        continue;
+      }
       for (const BenchRow& b : rows)
-        if (b.name == base + "_bf16") out.emplace_back(base + "." + suffix.substr(1) + "_vs_bf16", f.ms / b.ms);
+        if (b.name == base + "_bf16") out.emplace_back(key, f.ms / b.ms);
     }
   }
   return out;
@@ -138,7 +144,11 @@ void print_bench_table(const BenchResults& r) {
     std::printf("(of adj.: decode vs the %s reads on %d threads sampled just before and after the shape, prefill vs "
                 "max(fp32 FMA, bf16 dot) sampled there (AMX bf16 for the amx variant); of p90: vs the whole run's 90th percentile of that ceiling)\n",
                 mem, c.threads);
-  for (const auto& [key, ratio] : quantized_vs_bf16(r.rows)) std::printf("time vs the bf16 cache, %s: %.2f\n", key.c_str(), ratio);
+  const auto ratios = quantized_vs_bf16(r.rows);
+  if (!ratios.empty())
+    std::printf("(time vs the bf16 cache: the median over this cache's calls of each call's time / the time of a bf16-cache call "
+                "alternating with it on the same shape)\n");
+  for (const auto& [key, ratio] : ratios) std::printf("time vs the bf16 cache, %s: %.2f\n", key.c_str(), ratio);
   for (const FigureSet& s : r.sets) {
     std::printf("\n%s (%s):\n", s.name.c_str(), s.title.c_str());
     for (const NamedFigure& f : s.figures)

@@ -20,6 +20,9 @@ struct BenchRow {
   double fraction = 0, fraction_p90 = 0;
   double adjacent_ceiling = 0;  // GB/s or GFLOP/s, the median of those adjacent samples
   std::optional<double> vs_reference;
+  /// A quantized cache: the median over calls alternating with the bf16 cache on the same shape
+  /// of (this call's time ÷ the bf16 call's), so the host's bandwidth drifts cancel in each pair.
+  std::optional<double> vs_bf16;
   int instances = 0;    // batch copies the calls rotate over
 };
 
