@@ -112,7 +112,6 @@ BenchRow measure_shape(const Shape& s, BenchCeilings& c, attn_bench::ReadStream&
   return r;
 }
 
-
 /// One result from several rounds: the ceilings over every sample of every round; each row's
 /// numbers the median of its rounds (fractions were taken within each round, against the
 /// samples adjacent to that kernel run); the load average the highest seen.

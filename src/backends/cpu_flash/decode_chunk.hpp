@@ -51,6 +51,12 @@ inline void unpack_chunk(const KernelArgs& a, const TqCentroids& tqc, const char
 /// int4 (rotated vectors, see run) splits each stored scale into 16 · scale (kts also times sscale)
 /// and the zero point's factor 1 + z/16 (kzb, vzb); turboquant: each key's factor kf[j] times
 /// sscale (kts). Nothing for other caches.
+/// Gather offsets (in floats) of 16 consecutive keys' per-token-head scales of one KV head: the
+/// scales of a slot's heads are adjacent (vLLM's [blocks, block_size, num_kv_heads] layout).
+inline __m512i scale_gather_offsets(const PagedKV& kv) {
+  return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(kv.num_kv_heads));
+}
+
 template <KvType T, bool Token, Unpack U>
 inline void chunk_scales(const KernelArgs& a, const int32_t* bt, int32_t c, int h, int n, float sscale, const float* kf,
                          float* kts, float* vts, float* kzb, float* vzb) {
@@ -59,8 +65,7 @@ inline void chunk_scales(const KernelArgs& a, const int32_t* bt, int32_t c, int 
     // 16 keys' stored scales at a time (num_kv_heads floats apart; a chunk is whole 16-key groups
     // of one block), split into the scale (low 4 bits cleared) and the zero point.
     const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h);
-    const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(a.kv.num_kv_heads));
+    const __m512i step = scale_gather_offsets(a.kv);
     const __m512i low = _mm512_set1_epi32(0xF);
     for (int j = 0; j < kPairChunk; j += 16) {
       if (j >= n) {  // lanes past the chunk: masked
@@ -85,8 +90,7 @@ inline void chunk_scales(const KernelArgs& a, const int32_t* bt, int32_t c, int 
     for (int j = n; j < kChunk; ++j) kts[j] = 0.0f;  // lanes past the chunk: masked
   } else if constexpr (Token) {  // 16 keys' scales per gather, as int4's above
     const int64_t t0 = token_scale_index(a.kv, bt[c / bs], c % bs, h);
-    const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(a.kv.num_kv_heads));
+    const __m512i step = scale_gather_offsets(a.kv);
     for (int j = 0; j < kPairChunk; j += 16) {
       const __mmask16 in = j >= n ? 0 : n - j >= 16 ? 0xFFFF : __mmask16((1u << (n - j)) - 1u);  // lanes past the chunk: 0, masked
       const int64_t at = t0 + int64_t(j < n ? j : 0) * a.kv.num_kv_heads;  // a lane-less group reads nothing
