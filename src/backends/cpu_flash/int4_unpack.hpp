@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512BW__)
+#if defined(__AVX2__)
 #include "cpu/x86_intrinsics.hpp"
 #endif
 
@@ -46,6 +46,21 @@ inline void unpack_int4(const uint8_t* codes, int n, int z, uint16_t* dst) {
     const __m512i odd = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_srli_epi16(w, 4), shift), t);
     _mm512_storeu_si512(dst + 2 * i, _mm512_permutex2var_epi16(even, ilo, odd));
     _mm512_storeu_si512(dst + 2 * i + 32, _mm512_permutex2var_epi16(even, ihi, odd));
+  }
+#elif defined(__AVX2__)
+  // 8 bytes at a time: the nibbles in element order (low nibble = even dim), each code − z
+  // converted to fp32 (exact) and its upper half kept, packed back into order (packus works per
+  // 128-bit lane; the qword permute undoes that).
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m256i zv = _mm256_set1_epi32(z);
+  auto eight = [&](__m128i nib) {
+    return _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(nib), zv))), 16);
+  };
+  for (; i + 8 <= n / 2; i += 8) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i));
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+    const __m256i w = _mm256_packus_epi32(eight(nib), eight(_mm_srli_si128(nib, 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), _mm256_permute4x64_epi64(w, 0xD8));
   }
 #endif
   for (; i < n / 2; ++i) {

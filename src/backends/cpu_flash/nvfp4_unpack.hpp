@@ -9,11 +9,28 @@
 #include "attn/kv_cache.hpp"
 #include "attn/numeric.hpp"
 
-#if defined(__AVX512BW__)
+#if defined(__AVX2__)
 #include "cpu/x86_intrinsics.hpp"
 #endif
 
 namespace attn::cpu_flash::ATTN_CF_NS {
+
+#if defined(__AVX2__)
+/// The 16 e2m1 values, and the e4m3 block scales as fp32 by byte (a call per block costs more
+/// than the block's unpacking).
+struct Nvfp4Table {
+  alignas(64) float v[16];
+  float scale[256];
+  Nvfp4Table() {
+    for (int c = 0; c < 16; ++c) v[c] = nvfp4::e2m1_value(c);
+    for (int c = 0; c < 256; ++c) scale[c] = fp8_e4m3_to_f32(uint8_t(c));
+  }
+};
+inline const Nvfp4Table& nvfp4_table() {
+  static const Nvfp4Table t;
+  return t;
+}
+#endif
 
 /// n values (a multiple of 16) of one stored row to bf16 bits.
 inline void unpack_nvfp4(const uint8_t* row, int n, uint16_t* dst) {
@@ -22,14 +39,7 @@ inline void unpack_nvfp4(const uint8_t* row, int n, uint16_t* dst) {
   // One block of 16: its 8 code bytes split into nibbles in element order (low nibble first),
   // widened to dword indices of the 16 e2m1 values, times the block scale; the products are exact
   // in fp32 and in bf16, so the bf16 bits are the fp32 bits' upper half.
-  static const struct Table {
-    alignas(64) float v[16];
-    float scale[256];  // e4m3 bytes (a call per block costs more than the block's unpacking)
-    Table() {
-      for (int c = 0; c < 16; ++c) v[c] = nvfp4::e2m1_value(c);
-      for (int c = 0; c < 256; ++c) scale[c] = fp8_e4m3_to_f32(uint8_t(c));
-    }
-  } table;
+  const Nvfp4Table& table = nvfp4_table();
   const __m512 values = _mm512_load_ps(table.v);
   const __m128i low = _mm_set1_epi8(0x0F);
   // The bf16 bits of 32 fp32 values: the upper halves of v0's then v1's dwords.
@@ -49,6 +59,26 @@ inline void unpack_nvfp4(const uint8_t* row, int n, uint16_t* dst) {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + g * 8));
     const __m512 v = block(_mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low)), g);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+  }
+#elif defined(__AVX2__)
+  // As above, 8 values per vector: the magnitude by its 3 low bits (vpermps), the sign bit 3
+  // moved to bit 31, times the block scale (exact); the upper halves packed to 16 bf16.
+  const Nvfp4Table& table = nvfp4_table();
+  const __m256 mag = _mm256_load_ps(table.v);
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m256i sign = _mm256_set1_epi32(int32_t(0x80000000u));
+  auto eight = [&](__m128i codes, __m256 scale) {
+    const __m256i i = _mm256_cvtepu8_epi32(codes);
+    const __m256 v = _mm256_or_ps(_mm256_permutevar8x32_ps(mag, i), _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(i, 28), sign)));
+    return _mm256_srli_epi32(_mm256_castps_si256(_mm256_mul_ps(v, scale)), 16);
+  };
+  for (int g = 0; g < n / nvfp4::kGroup; ++g) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + g * 8));
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+    const __m256 scale = _mm256_set1_ps(table.scale[scales[g]]);
+    // packus interleaves 128-bit lanes (0-3, 8-11, 4-7, 12-15): the qword permute puts them back.
+    const __m256i w = _mm256_packus_epi32(eight(nib, scale), eight(_mm_srli_si128(nib, 8), scale));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * 16), _mm256_permute4x64_epi64(w, 0xD8));
   }
 #else
   for (int i = 0; i < n; ++i) {

@@ -10,7 +10,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/numeric.hpp"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX2__)
 #include "backends/cpu_flash/int4_unpack.hpp"
 #include "cpu/x86_intrinsics.hpp"
 #endif
@@ -38,7 +38,22 @@ inline __m512i codes16(const uint8_t* src, int g, int b) {
                             : _mm512_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5, 0, 3, 6, 1, 4, 7, 2, 5);
   return _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(all, win), sh), _mm512_set1_epi32((1 << b) - 1));
 }
+}  // namespace tq_detail
+#endif
+
+#if defined(__AVX2__)
+namespace tq_detail {
 inline float f16_at(const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8))); }
+/// The 8 b-bit codes of dims 8g .. 8g + 7 (b = 3 or 4: b bytes, code i at bit b·i) as dword
+/// lanes: the group's first 4 bytes in every lane, shifted right by b·i. Reads 4 bytes from the
+/// group's first: one past a 3-bit group, which the slot always holds (the key's norm, the
+/// value's scale follow the codes).
+inline __m256i codes8(const uint8_t* src, int g, int b) {
+  int32_t w;
+  std::memcpy(&w, src + g * b, 4);
+  const __m256i sh = b == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28) : _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), sh), _mm256_set1_epi32((1 << b) - 1));
+}
 }  // namespace tq_detail
 #endif
 
@@ -105,6 +120,31 @@ inline TqKeyParts unpack_tq_key_parts(const uint8_t* slot, int d, const turboqua
     }
     return {tq_detail::f16_at(slot + (d * bits + 7) / 8), _mm512_reduce_add_ps(sq)};
   }
+#elif defined(__AVX2__)
+  if (d % 8 == 0 && f.key_fp8()) {  // as above: e4m3 bytes placed in fp16 bits, 2^-8 too small
+    for (int x = 0; x < d; x += 8) {
+      const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(slot + x)));
+      const __m128i m = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7);
+      __m128i h = _mm_or_si128(m, _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+      h = _mm_or_si128(h, _mm_and_si128(_mm_cmpeq_epi16(m, _mm_set1_epi16(0x3f80)), _mm_set1_epi16(0x7e00)));
+      _mm256_storeu_ps(dst + x, _mm256_cvtph_ps(h));
+    }
+    return {256.0f, 1.0f};
+  }
+  if (d % 8 == 0) {  // centroids by index (vpermps on each half of the table, bit 3 picks), Σ c², the norm
+    const int bits = f.key_bits;
+    const __m256 lo = _mm256_load_ps(c16.v), hi = _mm256_load_ps(c16.v + 8);
+    __m256 sq = _mm256_setzero_ps();
+    for (int g = 0; g < d / 8; ++g) {
+      const __m256i i = tq_detail::codes8(slot, g, bits);
+      const __m256 c = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i), _mm256_permutevar8x32_ps(hi, i), _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+      sq = _mm256_fmadd_ps(c, c, sq);
+      _mm256_storeu_ps(dst + 8 * g, c);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(sq), _mm256_extractf128_ps(sq, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return {tq_detail::f16_at(slot + (d * bits + 7) / 8), _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))};
+  }
 #endif
   (void)c16, (void)even_odd;
   turboquant::dequantize_key(slot, d, f, dst);
@@ -126,6 +166,14 @@ inline void unpack_tq_value(const uint8_t* v, int d, const turboquant::Format& f
     const __m512 scale = _mm512_set1_ps(tq_detail::f16_at(v + data)), mn = _mm512_set1_ps(tq_detail::f16_at(v + data + 2));
     for (int g = 0; g < d / 16; ++g)
       _mm512_storeu_ps(dst + 16 * g, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tq_detail::codes16(v, g, bits)), scale), mn));
+    return;
+  }
+#elif defined(__AVX2__)
+  if (d % 8 == 0) {  // code · scale + min, as the library's dequantizer rounds it (a product, then a sum)
+    const int bits = f.value_bits, data = (d * bits + 7) / 8;
+    const __m256 scale = _mm256_set1_ps(tq_detail::f16_at(v + data)), mn = _mm256_set1_ps(tq_detail::f16_at(v + data + 2));
+    for (int g = 0; g < d / 8; ++g)
+      _mm256_storeu_ps(dst + 8 * g, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(tq_detail::codes8(v, g, bits)), scale), mn));
     return;
   }
 #endif
