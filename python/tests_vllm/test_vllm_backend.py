@@ -212,8 +212,13 @@ def test_kv_transfer_packing(vllm_config, monkeypatch):
     canon = torch.randn(NUM_BLOCKS, HKV, BS, 2 * D).bfloat16()
     kv = canon.clone()
     CpuPlatform.pack_kv_cache(kv, torch.tensor([2, 5]))
-    assert torch.equal(kv[3], canon[3]) and not torch.equal(kv[2], canon[2])  # only the arrived blocks change
     pairs = vb.pairs_view(kv)
+    if vb._writer(HKV, D).kv_cache_layout != "HND_PAIRS":
+        # attn's kernels read rows on this CPU (no AVX-512 BF16), as its forward does: the arrived
+        # blocks keep vLLM's canonical content.
+        assert pairs is None and torch.equal(kv, canon)
+        return
+    assert torch.equal(kv[3], canon[3]) and not torch.equal(kv[2], canon[2])  # only the arrived blocks change
     cache = attn.KVCache.from_dlpack(pairs, layout="HND_PAIRS")
     md = attn.BatchMetadata(context_lens=[0], query_lens=[BS], block_ids=[[5]], cache=cache)
     # K of head 1, token 3, dims 0 / 1 of block 5: the pair order puts dims 2i, 2i+1 of a token together.

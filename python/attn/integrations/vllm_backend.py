@@ -3,7 +3,8 @@
 vLLM owns the KV cache: per layer a tensor of logical shape [num_blocks, num_kv_heads, block_size,
 2 * head_size] holding each token's [K | V] row, laid out as one of vLLM's KVCacheLayouts. attn
 reads and writes it in place, no copy, in one of two ways (ATTN_VLLM_KV_LAYOUT):
-- "pairs" (the default, for bf16 caches in block-compact layouts): each block's bytes hold attn's
+- "pairs" (the default, for bf16 caches in block-compact layouts on CPUs with AVX-512 BF16, whose
+  kernels read pairs; elsewhere attn reads the canonical content): each block's bytes hold attn's
   HND_PAIRS block (K dims and V keys in pairs: what its bf16 dot-product kernels stream, about 2x
   the row kernels' speed), as vLLM's own CPU_ATTN keeps its private block layout. vLLM's layout
   hooks cannot declare a pair order, so like CPU_ATTN the content is not vLLM's canonical one:
@@ -77,12 +78,13 @@ def _block_compact(kv: torch.Tensor) -> bool:
 def pairs_view(kv: torch.Tensor) -> torch.Tensor | None:
     """vLLM's bf16 cache tensor as attn's HND_PAIRS blocks [num_blocks, 2, H, N, D] over the same
     bytes, or None where attn reads it canonically (another dtype, sizes pairs do not fit, a layout
-    whose blocks are not compact, or ATTN_VLLM_KV_LAYOUT=canonical)."""
+    whose blocks are not compact, a CPU whose kernels read rows: no AVX-512 BF16, or
+    ATTN_VLLM_KV_LAYOUT=canonical)."""
     if kv_layout_mode() != "pairs" or kv.dim() != 4 or kv.dtype != torch.bfloat16 or not _block_compact(kv):
         return None
     nb, h, n, c = kv.shape
     d = c // 2
-    if d % 2 or n % 16:
+    if d % 2 or n % 16 or _writer(h, d).kv_cache_layout != "HND_PAIRS":
         return None
     return torch.as_strided(kv, (nb, 2, h, n, d), (h * n * c, h * n * d, n * d, d, 1), kv.storage_offset())
 
