@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/prefetch.hpp"
+
 namespace attn::mixer {
 namespace {
 
@@ -129,7 +131,7 @@ inline void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_
 /// line is a full miss the products then wait for.
 inline void prefetch_rows(const float* p, int64_t rows, int64_t ld, int64_t n) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + r * ld + c, 0, 2);
+    for (int64_t c = 0; c < n; c += 16) cpu::prefetch<cpu::PrefetchTo::l2>(p + r * ld + c);
 }
 
 /// How a product restricts itself to a causal (lower-triangular) chunk.
