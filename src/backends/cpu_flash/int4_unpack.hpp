@@ -69,4 +69,24 @@ inline void unpack_int4(const uint8_t* codes, int n, int z, uint16_t* dst) {
   }
 }
 
+/// n int4 codes as int8 values code − z (|code − z| <= 15), for the integer dot products of the
+/// AVX2 build (kernel_int_dot_avx2.hpp), read like an int8 per-token-head row.
+inline void unpack_int4_i8(const uint8_t* codes, int n, int z, int8_t* dst) {
+  int i = 0;
+#if defined(__AVX2__)
+  // 16 bytes at a time: low and high nibbles interleaved back into element order (low = even dim).
+  const __m128i low = _mm_set1_epi8(0x0F), zv = _mm_set1_epi8(int8_t(z));
+  for (; i + 16 <= n / 2; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, low), zv), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), low), zv);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), _mm_unpacklo_epi8(lo, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i + 16), _mm_unpackhi_epi8(lo, hi));
+  }
+#endif
+  for (; i < n / 2; ++i) {
+    dst[2 * i] = int8_t(int(codes[i] & 0xF) - z);
+    dst[2 * i + 1] = int8_t(int(codes[i] >> 4) - z);
+  }
+}
+
 }  // namespace attn::cpu_flash::ATTN_CF_NS

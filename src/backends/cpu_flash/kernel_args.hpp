@@ -66,6 +66,8 @@ using ItemFn = void (*)(const KernelArgs& args, const WorkItem& item, float* par
 struct ItemScratch {
   std::vector<float> qf, s, o, state;
   std::vector<uint16_t> qb;
+  std::vector<int16_t> qi, wi;  // integer dot products: q rows, a chunk's P·V weights
+  std::vector<float> iscale;    // ... and their per-row scales (q, then the weights)
   std::vector<int> span;  // per row: first and one-past-last visible key of the chunk
   std::vector<char> kv_rows;  // HND_PAIRS: the chunk's K and V rows gathered contiguous
 };

@@ -35,12 +35,20 @@ constexpr int kQAlign = 32;
 
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-/// The query tile: fp32 rows, plus bf16 rows when the Q·Kᵀ policy uses bf16 dot products.
+/// The query tile: fp32 rows, plus bf16 rows when the Q·Kᵀ policy uses bf16 dot products, or
+/// int16 rows and their scales when it uses integer ones.
 struct QTile {
   const float* f = nullptr;
   const uint16_t* b = nullptr;
-  int ld = 0;  // elements per row (both copies)
+  int ld = 0;  // elements per row (every copy)
+  const int16_t* i = nullptr;
+  const float* iscale = nullptr;
 };
+
+/// A Q·Kᵀ policy on integer dot products (kernel_int_dot_avx2.hpp) quantizes q once per item
+/// (Qk::quantize_q) and takes P·V too (Qk::pv), on int16 weights.
+template <class Qk>
+concept IntDot = requires { Qk::kIntDot; };
 
 /// Q·Kᵀ policy: fp32 FMA on K dequantized in registers. RB rows × KB keys per micro-tile
 /// (RB·KB = Simd::kAcc accumulators), reduced with one transpose-add tree.
@@ -72,6 +80,42 @@ struct QkF32 {
     S::reduce(acc, sums);
     for (int i = 0; i < RB; ++i)
       for (int j = 0; j < KB; ++j) s[i * lds + j] = sums[i * KB + j];
+  }
+};
+
+/// Walks one sequence's keys in order for one KV head: the key's block, slot, physical block,
+/// the element offset of its K row and the index of its token scales, stepped per key (the
+/// block-table read and the multiplies only where a block starts: per key they showed in AVX2
+/// decode profiles).
+struct KeyCursor {
+  const PagedKV* kv = nullptr;
+  const int32_t* bt = nullptr;
+  int64_t head_off = 0;
+  int h = 0;
+  int32_t blk = 0, slot = 0, pb = 0;
+  int64_t e = 0, ti = 0;
+
+  KeyCursor() = default;
+  KeyCursor(const PagedKV& v, const int32_t* table, int head, int64_t off, int32_t key)
+      : kv(&v), bt(table), head_off(off), h(head), blk(key / v.block_size), slot(key % v.block_size) {
+    enter();
+  }
+  /// To the next key; only while one follows (a step past a sequence's last block would read
+  /// past its block-table row).
+  void next() {
+    if (++slot == kv->block_size) {
+      slot = 0, ++blk;
+      enter();
+    } else {
+      e += kv->token_stride, ti += kv->num_kv_heads;
+    }
+  }
+
+ private:
+  void enter() {
+    pb = bt[blk];
+    e = int64_t(pb) * kv->block_stride + int64_t(slot) * kv->token_stride + head_off;
+    ti = token_scale_index(*kv, pb, slot, h);
   }
 };
 
@@ -131,6 +175,7 @@ inline void reserve_scratch(int rows, int d, int dv) {
   const std::size_t rp = std::size_t(round_up(rows, 4)), ldq = std::size_t(round_up(d, kQAlign)), ldo = std::size_t(round_up(dv, 16));
   sc.qf.reserve(rp * ldq), sc.qb.reserve(rp * ldq), sc.s.reserve(rp * kChunk), sc.o.reserve(rp * ldo);
   sc.state.reserve(rp * 3), sc.span.reserve(rp * 2);
+  sc.qi.reserve(rp * ldq), sc.wi.reserve(rp * kChunk), sc.iscale.reserve(rp * 2);
   sc.kv_rows.reserve(std::size_t(kChunk) * std::size_t(d + dv) * sizeof(float));  // gathered rows, widest storage
 }
 
@@ -172,6 +217,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
     for (std::size_t i = 0; i < sc.qf.size(); ++i) sc.qb[i] = f32_to_bf16(sc.qf[i]);
     qt.b = sc.qb.data();
   }
+  if constexpr (IntDot<Qk>) Qk::quantize_q(sc, rp, d, qt);
 
   const int32_t seq_len = a.seq_lens[s_idx];
   const int32_t first_pos = seq_len - (a.query_start_loc[s_idx + 1] - a.query_start_loc[s_idx]);
@@ -181,7 +227,6 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int32_t* bt = a.block_table + int64_t(s_idx) * a.max_blocks_per_seq;
   const char* base = static_cast<const char*>(a.kv.base);
   const int64_t eb = kv_bytes<T>(), head_off = int64_t(h) * a.kv.head_stride;
-  const int bs = a.kv.block_size;
   const void* kp[kChunk + S::kAcc];
   const void* vp[kChunk + S::kAcc];
   float* sbuf = sc.s.data();
@@ -196,15 +241,21 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
                               : a.kv.nvfp4 ? nvfp4::row_bytes(dv)
                               : a.turboquant ? turboquant::value_bytes(a.kv.tq, dv)
                                                 : vrow_bytes;
-  auto prefetch_rows = [&](int32_t k0, int32_t k1) {  // software prefetch of keys [k0, k1)
-    int32_t blk = k0 / bs, slot = k0 % bs;
-    for (int32_t key = k0; key < k1; ++key) {
-      const int64_t e = int64_t(bt[blk]) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
-      const char* kr = base + e * ceb;
-      const char* vr = base + (e + a.kv.v_offset) * ceb;
+  // Software prefetch of `count` keys from `cur` on (cur left at the last of them), K and V rows
+  // and, for per-token-head caches, the scales' line where a key starts one (a miss there stalled
+  // the chunk's gather).
+  auto prefetch_rows = [&](KeyCursor& cur, int count) {
+    for (int i = 0; i < count; ++i) {
+      if (i > 0) cur.next();
+      const char* kr = base + cur.e * ceb;
+      const char* vr = base + (cur.e + a.kv.v_offset) * ceb;
       for (int64_t x = 0; x < stored_row; x += 64) cpu::prefetch(kr + x);
       for (int64_t x = 0; x < stored_vrow; x += 64) cpu::prefetch(vr + x);
-      if (++slot == bs) slot = 0, ++blk;
+      if (a.kv.k_token_scales) {
+        const float* ks = a.kv.k_token_scales + cur.ti;
+        if (i == 0 || (reinterpret_cast<uintptr_t>(ks) & 63) < 4u * uint32_t(a.kv.num_kv_heads))
+          cpu::prefetch(ks), cpu::prefetch(a.kv.v_token_scales + cur.ti);
+      }
     }
   };
 
@@ -215,28 +266,34 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   if (gather) sc.kv_rows.resize(std::size_t(kChunk) * std::size_t(row_bytes + vrow_bytes));
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
-  float kts[kChunk], vts[kChunk];
+  alignas(32) float kts[kChunk], vts[kChunk];
+  alignas(32) float kmul[kChunk];  // what each key's score is multiplied by: sscale, times its K scale
   const TqCentroids tq_centroids = a.turboquant ? TqCentroids(d, a.kv.tq) : TqCentroids();  // looked up once per item
   for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
     const int n = std::min<int32_t>(kChunk, it.kv_end - c);
-    // The key's block and slot, stepped rather than divided per key (the division showed in
-    // AVX2 decode profiles).
-    int32_t blk = c / bs, slot = c % bs - 1;
+    KeyCursor cur(a.kv, bt, h, head_off, c);
     for (int j = 0; j < n; ++j) {
-      if (++slot == bs) slot = 0, ++blk;
-      const int32_t pb = bt[blk];
-      if (token) {
-        const int64_t ti = token_scale_index(a.kv, pb, slot, h);
-        kts[j] = a.kv.k_token_scales[ti], vts[j] = a.kv.v_token_scales[ti];
-      }
-      if constexpr (T == KvType::bf16)
-        if (a.int4) {
+      if (j > 0) cur.next();
+      const int32_t pb = cur.pb, slot = cur.slot;
+      if (token) kts[j] = a.kv.k_token_scales[cur.ti], vts[j] = a.kv.v_token_scales[cur.ti];
+      if constexpr (T == KvType::bf16 || T == KvType::i8)
+        if (a.int4) {  // bf16 rows, or int8 rows for integer dot products
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
-          uint8_t kc[kMaxHeadSize / 2], vc[kMaxHeadSize / 2];  // the key's bytes in vLLM's row order, any layout
-          int4_head::load_vector(a.kv, pb, slot, h, false, d, kc);
-          int4_head::load_vector(a.kv, pb, slot, h, true, dv, vc);
-          unpack_int4(kc, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
-          unpack_int4(vc, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
+          uint8_t kbuf[kMaxHeadSize / 2], vbuf[kMaxHeadSize / 2];  // the key's bytes in vLLM's row order
+          const uint8_t* kc = reinterpret_cast<const uint8_t*>(base + cur.e);  // row layouts: in place
+          const uint8_t* vc = kc + a.kv.v_offset;
+          if (a.kv.layout == KVLayout::HND_PAIRS) {
+            int4_head::load_vector(a.kv, pb, slot, h, false, d, kbuf);
+            int4_head::load_vector(a.kv, pb, slot, h, true, dv, vbuf);
+            kc = kbuf, vc = vbuf;
+          }
+          if constexpr (T == KvType::i8) {
+            unpack_int4_i8(kc, d, int4_head::zero_point(kts[j]), reinterpret_cast<int8_t*>(kr));
+            unpack_int4_i8(vc, dv, int4_head::zero_point(vts[j]), reinterpret_cast<int8_t*>(kr + row_bytes));
+          } else {
+            unpack_int4(kc, d, int4_head::zero_point(kts[j]), reinterpret_cast<uint16_t*>(kr));
+            unpack_int4(vc, dv, int4_head::zero_point(vts[j]), reinterpret_cast<uint16_t*>(kr + row_bytes));
+          }
           kts[j] = int4_head::scale_of(kts[j]), vts[j] = int4_head::scale_of(vts[j]);
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;
@@ -244,17 +301,15 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       if constexpr (T == KvType::bf16)
         if (a.kv.nvfp4) {
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
-          const int64_t e = int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
-          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e), d, reinterpret_cast<uint16_t*>(kr));
-          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e + a.kv.v_offset), dv, reinterpret_cast<uint16_t*>(kr + row_bytes));
+          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + cur.e), d, reinterpret_cast<uint16_t*>(kr));
+          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + cur.e + a.kv.v_offset), dv, reinterpret_cast<uint16_t*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;
         }
       if constexpr (T == KvType::f32)
         if (a.turboquant) {  // the slot's K (rotated, or fp8 values) and V as fp32 rows
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
-          const uint8_t* tq_slot = reinterpret_cast<const uint8_t*>(base) +
-                                   int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
+          const uint8_t* tq_slot = reinterpret_cast<const uint8_t*>(base) + cur.e;
           unpack_tq_key(tq_slot, d, a.kv.tq, tq_centroids, reinterpret_cast<float*>(kr));
           unpack_tq_value(tq_slot + a.kv.v_offset, dv, a.kv.tq, reinterpret_cast<float*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
@@ -267,18 +322,30 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
         kp[j] = kr, vp[j] = kr + row_bytes;
         continue;
       }
-      const int64_t e = int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
-      kp[j] = base + e * eb;
-      vp[j] = base + (e + a.kv.v_offset) * eb;
+      kp[j] = base + cur.e * eb;
+      vp[j] = base + (cur.e + a.kv.v_offset) * eb;
     }
+    // Per chunk, not per row: the score factors, and V scales of 0 past the chunk (their keys'
+    // weights are 0, and 0 · garbage may be NaN).
+    for (int j = 0; j < kChunk; ++j) kmul[j] = token && j < n ? kts[j] * sscale : sscale;
+    if (token)
+      for (int j = n; j < kChunk; ++j) vts[j] = 0.0f;
     const int nk = round_up(n, KB);
-    for (int j = n; j < nk; ++j) kp[j] = kp[n - 1];  // padding keys repeat a real row: never poison
+    for (int j = n; j < nk; ++j) kp[j] = kp[n - 1], vp[j] = vp[n - 1];  // padding keys repeat a real row: never poison
 
+    // The next chunk's K and V rows, a few per micro-tile: spread over the Q·Kᵀ loop so the line
+    // fills overlap compute (one burst per chunk would queue behind itself).
+    const int32_t nx_end = std::min<int32_t>(c + 2 * kChunk, it.kv_end);
+    int32_t nx_key = c + kChunk;
+    KeyCursor nx = nx_key < nx_end ? KeyCursor(a.kv, bt, h, head_off, nx_key) : KeyCursor();
     for (int r0 = 0; r0 < rp; r0 += RB)
       for (int j0 = 0; j0 < nk; j0 += KB) {
-        // The next chunk's K and V rows, a few per micro-tile: spread over the Q·Kᵀ loop so the
-        // line fills overlap compute (one burst per chunk would queue behind itself).
-        if (r0 == 0) prefetch_rows(c + kChunk + j0, std::min<int32_t>(c + kChunk + j0 + KB, it.kv_end));
+        if (r0 == 0 && nx_key < nx_end) {
+          const int count = std::min<int32_t>(KB, nx_end - nx_key);
+          if (nx_key > c + kChunk) nx.next();
+          prefetch_rows(nx, count);
+          nx_key += count;
+        }
         Qk::template block<S, T, RB, KB>(qt, r0, kp + j0, d, sbuf + r0 * kChunk + j0, kChunk);
       }
 
@@ -286,12 +353,10 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
                            (a.window > 0 && c <= p1 - a.window);
     for (int r = 0; r < rows; ++r) {
       float* sr = sbuf + r * kChunk;
-      if (token)
-        for (int j = 0; j < n; ++j) sr[j] *= kts[j];
       const int32_t pos = first_pos + it.q_begin + r / g;
       const int32_t last = BatchMetadata::mm_causal_limit(a.mm_ranges, s_idx, pos);  // last causally visible key
       for (int x = 0; x < kChunk; x += S::W) {
-        typename S::F v = S::mul(S::loadu(sr + x), S::set1(sscale));
+        typename S::F v = S::mul(S::loadu(sr + x), S::loadu(kmul + x));
         if (cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
           const typename S::F e = S::exp(S::mul(v, S::set1(2.0f / cap)));
           v = S::mul(S::set1(cap), S::sub(S::set1(1.0f), S::div(S::set1(2.0f), S::add(e, S::set1(1.0f)))));
@@ -340,7 +405,11 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       }
       l[r] = l[r] * alpha[r] + S::hsum(sum);
       m[r] = m_new;
-      if (token)  // after the row sum, and only on keys P·V reads (a masked slot's scale may be NaN poison)
+      // The V scales, after the row sum, and with masks only on keys P·V reads (a masked slot's
+      // scale may be NaN poison); masked keys' weights stay 0.
+      if (token && !need_mask)
+        for (int x = 0; x < kChunk; x += S::W) S::storeu(sr + x, S::mul(S::loadu(sr + x), S::loadu(vts + x)));
+      else if (token)
         for (int j = span_lo[r]; j < span_hi[r]; ++j) sr[j] *= vts[j];
     }
     for (int r = rows; r < rp; ++r) {
@@ -348,6 +417,10 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       span_lo[r] = span_hi[r] = 0;
     }
 
+    if constexpr (IntDot<Qk>) {
+      Qk::template pv<T, RB>(sc, obuf, ldo, alpha, sbuf, kChunk, vp, n, rp, dv);
+      continue;
+    }
     const int nvec = (dv + S::W - 1) / S::W, tail_n = dv % S::W;
     for (int r0 = 0; r0 < rp; r0 += RB) {
       for (int v0 = 0; v0 < nvec; v0 += DCmax) {
