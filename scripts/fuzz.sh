@@ -2,7 +2,8 @@
 # Builds the libFuzzer harnesses (tests/fuzz, clang with ASan + UBSan) in build-fuzz/ and runs
 # each for the given seconds (default 60), starting from its seed corpus. ATTN_FUZZ_BUILD_DIR names
 # a tree already configured with clang and -DATTN_FUZZ=ON to use instead (such a tree may build
-# the GoogleTest suite too). Prints executions per
+# the GoogleTest suite too); ATTN_FUZZ_LAUNCHER, cmake flags for a compiler launcher (ccache).
+# Prints executions per
 # harness; fails on any crash, leak, timeout or sanitizer report (the input is saved as
 # <build>/crashes/<harness>/crash-*: add it to tests/fuzz/regressions/<harness>/).
 #   scripts/fuzz.sh [seconds] [harness ...]
@@ -18,7 +19,7 @@ BUILD=${ATTN_FUZZ_BUILD_DIR:-build-fuzz}
 if [[ -z ${ATTN_FUZZ_BUILD_DIR:-} ]]; then
   # Backends the harnesses never reach are left out: the fuzz build compiles everything with
   # coverage and two sanitizers, which is slow.
-  CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DATTN_FUZZ=ON \
+  CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B "$BUILD" ${ATTN_FUZZ_LAUNCHER:-} -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DATTN_FUZZ=ON \
     -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_CLI=OFF -DATTN_WITH_CUDA=OFF \
     "-DATTN_SKIP_BACKENDS=cuda_flash;cpu_mla;cpu_sparse;cpu_blocksparse" >/dev/null
 fi

@@ -23,7 +23,11 @@ step() { echo; echo "=== $* === ($((SECONDS / 60)) min $((SECONDS % 60)) s so fa
 # ccache (setup.sh installs it): the wheel's libattn, built below by scikit-build-core, is the Release
 # build's objects again. A cache key holds the compiler's name, the flags and paths relative to
 # CCACHE_BASEDIR, so both trees name g++, pass -Werror and sit one folder deep (build/, build-wheel/).
-export CCACHE_BASEDIR=$PWD
+# The sanitizer and fuzz trees use it too: a later run on the same machine (another clone) then
+# compiles only what changed, where these trees took ~20 of CI's minutes. They build with line
+# tables (-g1), for which ccache would hash the build folder's absolute path unless told not to
+# (a cached object's debug info may then name the clone that compiled it).
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 LAUNCHER=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 command -v ccache >/dev/null || LAUNCHER=
 
@@ -43,19 +47,19 @@ step "bench smoke (attn bench --quick)"
 # the fuzz harnesses' tree: their coverage on every edge made the suite several times slower.
 SANITIZER_OPT="-O1 -g1 -DNDEBUG"
 step "AddressSanitizer + UBSan build (clang)"
-CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=address,undefined -DATTN_WERROR=ON -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
+CC=clang CXX=clang++ cmake -S . -B build-asan $LAUNCHER -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=address,undefined -DATTN_WERROR=ON -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_CLI=ON -DATTN_BUILD_BENCH=OFF -DATTN_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 step "AddressSanitizer + UBSan tests"
 ATTN_TEST_QUICK=1 ATTN_TEST_LONG=0 ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$JOBS"
 
 step "ThreadSanitizer build (selector concurrency)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=thread -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_CLI=OFF -DATTN_WITH_CUDA=OFF >/dev/null
+cmake -S . -B build-tsan $LAUNCHER -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZER_OPT" -DATTN_SANITIZE=thread -DATTN_BUILD_TESTS=ON -DATTN_SKIP_BACKENDS= -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_CLI=OFF -DATTN_WITH_CUDA=OFF >/dev/null
 cmake --build build-tsan -j"$JOBS" --target attn_concurrency_tests
 step "ThreadSanitizer tests"
 ctest --test-dir build-tsan --output-on-failure --no-tests=error -R "^concurrency:"
 
 step "Fuzzing (scripts/fuzz.sh, 30 s per harness)"
-scripts/fuzz.sh 30
+ATTN_FUZZ_LAUNCHER=$LAUNCHER scripts/fuzz.sh 30
 
 step "Python module"
 VLLM_VENV=${ATTN_VLLM_VENV:-build-vllm/venv}

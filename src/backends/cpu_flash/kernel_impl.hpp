@@ -83,42 +83,6 @@ struct QkF32 {
   }
 };
 
-/// Walks one sequence's keys in order for one KV head: the key's block, slot, physical block,
-/// the element offset of its K row and the index of its token scales, stepped per key (the
-/// block-table read and the multiplies only where a block starts: per key they showed in AVX2
-/// decode profiles).
-struct KeyCursor {
-  const PagedKV* kv = nullptr;
-  const int32_t* bt = nullptr;
-  int64_t head_off = 0;
-  int h = 0;
-  int32_t blk = 0, slot = 0, pb = 0;
-  int64_t e = 0, ti = 0;
-
-  KeyCursor() = default;
-  KeyCursor(const PagedKV& v, const int32_t* table, int head, int64_t off, int32_t key)
-      : kv(&v), bt(table), head_off(off), h(head), blk(key / v.block_size), slot(key % v.block_size) {
-    enter();
-  }
-  /// To the next key; only while one follows (a step past a sequence's last block would read
-  /// past its block-table row).
-  void next() {
-    if (++slot == kv->block_size) {
-      slot = 0, ++blk;
-      enter();
-    } else {
-      e += kv->token_stride, ti += kv->num_kv_heads;
-    }
-  }
-
- private:
-  void enter() {
-    pb = bt[blk];
-    e = int64_t(pb) * kv->block_stride + int64_t(slot) * kv->token_stride + head_off;
-    ti = token_scale_index(*kv, pb, slot, h);
-  }
-};
-
 /// Visible keys of each row in the current chunk, [lo, hi); null when every row sees all keys.
 /// Masked keys are skipped in P·V rather than weighted by 0, since 0·NaN = NaN.
 struct RowSpans {
@@ -227,6 +191,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   const int32_t* bt = a.block_table + int64_t(s_idx) * a.max_blocks_per_seq;
   const char* base = static_cast<const char*>(a.kv.base);
   const int64_t eb = kv_bytes<T>(), head_off = int64_t(h) * a.kv.head_stride;
+  const int bs = a.kv.block_size;
   const void* kp[kChunk + S::kAcc];
   const void* vp[kChunk + S::kAcc];
   float* sbuf = sc.s.data();
@@ -241,21 +206,19 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
                               : a.kv.nvfp4 ? nvfp4::row_bytes(dv)
                               : a.turboquant ? turboquant::value_bytes(a.kv.tq, dv)
                                                 : vrow_bytes;
-  // Software prefetch of `count` keys from `cur` on (cur left at the last of them), K and V rows
-  // and, for per-token-head caches, the scales' line where a key starts one (a miss there stalled
-  // the chunk's gather).
-  auto prefetch_rows = [&](KeyCursor& cur, int count) {
-    for (int i = 0; i < count; ++i) {
-      if (i > 0) cur.next();
-      const char* kr = base + cur.e * ceb;
-      const char* vr = base + (cur.e + a.kv.v_offset) * ceb;
+  auto prefetch_rows = [&](int32_t k0, int32_t k1) {  // software prefetch of keys [k0, k1)
+    int32_t blk = k0 / bs, slot = k0 % bs;
+    for (int32_t key = k0; key < k1; ++key) {
+      const int64_t e = int64_t(bt[blk]) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
+      const char* kr = base + e * ceb;
+      const char* vr = base + (e + a.kv.v_offset) * ceb;
       for (int64_t x = 0; x < stored_row; x += 64) cpu::prefetch(kr + x);
       for (int64_t x = 0; x < stored_vrow; x += 64) cpu::prefetch(vr + x);
-      if (a.kv.k_token_scales) {
-        const float* ks = a.kv.k_token_scales + cur.ti;
-        if (i == 0 || (reinterpret_cast<uintptr_t>(ks) & 63) < 4u * uint32_t(a.kv.num_kv_heads))
-          cpu::prefetch(ks), cpu::prefetch(a.kv.v_token_scales + cur.ti);
+      if (a.kv.k_token_scales) {  // the key's scales' line, where the key starts one (a miss stalled the chunk's gather)
+        const int64_t ti = token_scale_index(a.kv, bt[blk], slot, h);
+        if (key == k0 || ti % 16 < a.kv.num_kv_heads) cpu::prefetch(a.kv.k_token_scales + ti), cpu::prefetch(a.kv.v_token_scales + ti);
       }
+      if (++slot == bs) slot = 0, ++blk;
     }
   };
 
@@ -267,20 +230,26 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
   // Per-token-head caches: each key's K scale multiplies its score, its V scale its weight in P·V.
   const bool token = a.kv.k_token_scales != nullptr;
   alignas(32) float kts[kChunk], vts[kChunk];
-  alignas(32) float kmul[kChunk];  // what each key's score is multiplied by: sscale, times its K scale
+  alignas(32) float kmul[kChunk];  // per-token-head caches: sscale times each key's K scale
   const TqCentroids tq_centroids = a.turboquant ? TqCentroids(d, a.kv.tq) : TqCentroids();  // looked up once per item
   for (int32_t c = it.kv_begin; c < it.kv_end; c += kChunk) {
     const int n = std::min<int32_t>(kChunk, it.kv_end - c);
-    KeyCursor cur(a.kv, bt, h, head_off, c);
+    // The key's block and slot, stepped rather than divided per key (the division showed in
+    // AVX2 decode profiles).
+    int32_t blk = c / bs, slot = c % bs - 1;
     for (int j = 0; j < n; ++j) {
-      if (j > 0) cur.next();
-      const int32_t pb = cur.pb, slot = cur.slot;
-      if (token) kts[j] = a.kv.k_token_scales[cur.ti], vts[j] = a.kv.v_token_scales[cur.ti];
+      if (++slot == bs) slot = 0, ++blk;
+      const int32_t pb = bt[blk];
+      if (token) {
+        const int64_t ti = token_scale_index(a.kv, pb, slot, h);
+        kts[j] = a.kv.k_token_scales[ti], vts[j] = a.kv.v_token_scales[ti];
+      }
       if constexpr (T == KvType::bf16 || T == KvType::i8)
         if (a.int4) {  // bf16 rows, or int8 rows for integer dot products
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
           uint8_t kbuf[kMaxHeadSize / 2], vbuf[kMaxHeadSize / 2];  // the key's bytes in vLLM's row order
-          const uint8_t* kc = reinterpret_cast<const uint8_t*>(base + cur.e);  // row layouts: in place
+          const int64_t e = int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
+          const uint8_t* kc = reinterpret_cast<const uint8_t*>(base + e);  // row layouts: in place
           const uint8_t* vc = kc + a.kv.v_offset;
           if (a.kv.layout == KVLayout::HND_PAIRS) {
             int4_head::load_vector(a.kv, pb, slot, h, false, d, kbuf);
@@ -301,15 +270,17 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       if constexpr (T == KvType::bf16)
         if (a.kv.nvfp4) {
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
-          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + cur.e), d, reinterpret_cast<uint16_t*>(kr));
-          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + cur.e + a.kv.v_offset), dv, reinterpret_cast<uint16_t*>(kr + row_bytes));
+          const int64_t e = int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
+          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e), d, reinterpret_cast<uint16_t*>(kr));
+          unpack_nvfp4(reinterpret_cast<const uint8_t*>(base + e + a.kv.v_offset), dv, reinterpret_cast<uint16_t*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
           continue;
         }
       if constexpr (T == KvType::f32)
         if (a.turboquant) {  // the slot's K (rotated, or fp8 values) and V as fp32 rows
           char* kr = sc.kv_rows.data() + std::size_t(j) * std::size_t(row_bytes + vrow_bytes);
-          const uint8_t* tq_slot = reinterpret_cast<const uint8_t*>(base) + cur.e;
+          const uint8_t* tq_slot = reinterpret_cast<const uint8_t*>(base) +
+                                   int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
           unpack_tq_key(tq_slot, d, a.kv.tq, tq_centroids, reinterpret_cast<float*>(kr));
           unpack_tq_value(tq_slot + a.kv.v_offset, dv, a.kv.tq, reinterpret_cast<float*>(kr + row_bytes));
           kp[j] = kr, vp[j] = kr + row_bytes;
@@ -322,30 +293,24 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
         kp[j] = kr, vp[j] = kr + row_bytes;
         continue;
       }
-      kp[j] = base + cur.e * eb;
-      vp[j] = base + (cur.e + a.kv.v_offset) * eb;
+      const int64_t e = int64_t(pb) * a.kv.block_stride + int64_t(slot) * a.kv.token_stride + head_off;
+      kp[j] = base + e * eb;
+      vp[j] = base + (e + a.kv.v_offset) * eb;
     }
-    // Per chunk, not per row: the score factors, and V scales of 0 past the chunk (their keys'
-    // weights are 0, and 0 · garbage may be NaN).
-    for (int j = 0; j < kChunk; ++j) kmul[j] = token && j < n ? kts[j] * sscale : sscale;
-    if (token)
+    // Per-token-head caches, per chunk rather than per row: the score factors, and V scales of 0
+    // past the chunk (their keys' weights are 0, and 0 · garbage may be NaN).
+    if (token) {
+      for (int j = 0; j < kChunk; ++j) kmul[j] = j < n ? kts[j] * sscale : sscale;
       for (int j = n; j < kChunk; ++j) vts[j] = 0.0f;
+    }
     const int nk = round_up(n, KB);
     for (int j = n; j < nk; ++j) kp[j] = kp[n - 1], vp[j] = vp[n - 1];  // padding keys repeat a real row: never poison
 
-    // The next chunk's K and V rows, a few per micro-tile: spread over the Q·Kᵀ loop so the line
-    // fills overlap compute (one burst per chunk would queue behind itself).
-    const int32_t nx_end = std::min<int32_t>(c + 2 * kChunk, it.kv_end);
-    int32_t nx_key = c + kChunk;
-    KeyCursor nx = nx_key < nx_end ? KeyCursor(a.kv, bt, h, head_off, nx_key) : KeyCursor();
     for (int r0 = 0; r0 < rp; r0 += RB)
       for (int j0 = 0; j0 < nk; j0 += KB) {
-        if (r0 == 0 && nx_key < nx_end) {
-          const int count = std::min<int32_t>(KB, nx_end - nx_key);
-          if (nx_key > c + kChunk) nx.next();
-          prefetch_rows(nx, count);
-          nx_key += count;
-        }
+        // The next chunk's K and V rows, a few per micro-tile: spread over the Q·Kᵀ loop so the
+        // line fills overlap compute (one burst per chunk would queue behind itself).
+        if (r0 == 0) prefetch_rows(c + kChunk + j0, std::min<int32_t>(c + kChunk + j0 + KB, it.kv_end));
         Qk::template block<S, T, RB, KB>(qt, r0, kp + j0, d, sbuf + r0 * kChunk + j0, kChunk);
       }
 
@@ -356,7 +321,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       const int32_t pos = first_pos + it.q_begin + r / g;
       const int32_t last = BatchMetadata::mm_causal_limit(a.mm_ranges, s_idx, pos);  // last causally visible key
       for (int x = 0; x < kChunk; x += S::W) {
-        typename S::F v = S::mul(S::loadu(sr + x), S::loadu(kmul + x));
+        typename S::F v = S::mul(S::loadu(sr + x), token ? S::loadu(kmul + x) : S::set1(sscale));
         if (cap > 0) {  // cap·tanh(s/cap) = cap·(1 − 2/(e^{2s/cap} + 1)), before any mask
           const typename S::F e = S::exp(S::mul(v, S::set1(2.0f / cap)));
           v = S::mul(S::set1(cap), S::sub(S::set1(1.0f), S::div(S::set1(2.0f), S::add(e, S::set1(1.0f)))));
@@ -417,7 +382,7 @@ void run_rows(const KernelArgs& a, const WorkItem& it, float* partials) {
       span_lo[r] = span_hi[r] = 0;
     }
 
-    if constexpr (IntDot<Qk>) {
+    if constexpr (IntDot<Qk>) {  // weights 0 on masked keys and past n, codes finite: no key skipped
       Qk::template pv<T, RB>(sc, obuf, ldo, alpha, sbuf, kChunk, vp, n, rp, dv);
       continue;
     }
