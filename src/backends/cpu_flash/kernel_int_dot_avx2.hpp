@@ -1,8 +1,9 @@
 #pragma once
-/// AVX2 Q·Kᵀ and P·V on int16 dot products (vpmaddwd) for int8 caches, a policy of the general
-/// kernel (kernel_impl.hpp, IntDot). Widening int8 codes to fp32 for FMAs left the int8 cache no
-/// faster than bf16 on AVX2: both kernels were bound by vector loads and FMAs, not by DRAM, and
-/// one vpmaddwd does 16 products where an FMA does 8. Numerics as the AVX-512 integer decode
+/// AVX2 Q·Kᵀ and P·V on int16 dot products (vpmaddwd) for int8 caches and int4 ones unpacked to
+/// int8 code − zero point, a policy of the general kernel (kernel_impl.hpp, IntDot). Widening the
+/// codes to fp32 for FMAs left these caches no faster than bf16 on AVX2: the kernel is bound by the
+/// core there, not by DRAM, and one vpmaddwd does 16 products where an FMA does 8 (each still
+/// needs a vpaddd to accumulate: no AVX-VNNI). Numerics as the AVX-512 integer decode
 /// kernel (decode_int_dot.hpp): q quantized per row to int16 (scale max|q| / 32767, finer than
 /// bf16), P·V's weights P · (V scale) per row and chunk to int16 (scale max|w| / 32767), int32
 /// sums exact. Ranges: |q| ≤ 32767, |code| ≤ 128, 256 dims: 2^30; a chunk's P·V, 32 keys: 2^27.
